@@ -1,0 +1,15 @@
+#!/bin/sh
+# Installs the Debian packages kvlink needs to build and test, when missing.
+# Needs root (or sudo) only when something is missing.
+set -e
+pkgs="build-essential cmake pkg-config python3 libssl-dev libcmocka-dev libhiredis-dev redis-server redis-tools"
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "kvlink: installing Debian packages:$missing"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends $missing

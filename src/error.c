@@ -1,0 +1,145 @@
+/*
+ * error.c — error codes, per-handle messages, version and feature queries.
+ *
+ * The code table is KVL_ERRNO_MAP in kvlink.h; everything here is generated
+ * from it. A handle's message lives in a kvl__err guarded by its own mutex;
+ * readers get a copy in a thread-local buffer so a message never changes
+ * under them.
+ */
+#include <stdio.h>
+#include <time.h>
+
+#include "internal.h"
+#include "kvl_config.h"
+
+const char *kvl_strerror(int err)
+{
+	switch (err) {
+	case KVL_OK:
+		return "success";
+#define KVL_STRERROR_CASE_(name, value, msg) \
+	case KVL_##name:                     \
+		return msg;
+		KVL_ERRNO_MAP(KVL_STRERROR_CASE_)
+#undef KVL_STRERROR_CASE_
+	}
+	return "unknown error";
+}
+
+const char *kvl_err_name(int err)
+{
+	switch (err) {
+	case KVL_OK:
+		return "KVL_OK";
+#define KVL_ERR_NAME_CASE_(name, value, msg) \
+	case KVL_##name:                     \
+		return "KVL_" #name;
+		KVL_ERRNO_MAP(KVL_ERR_NAME_CASE_)
+#undef KVL_ERR_NAME_CASE_
+	}
+	return "KVL_EUNKNOWN";
+}
+
+const char *kvl_version(void)
+{
+	return KVL_VERSION_STRING;
+}
+
+int kvl_has_feature(const char *name)
+{
+	if (!name)
+		return 0;
+	if (strcmp(name, "cuda") == 0)
+		return KVL_HAVE_CUDA;
+	if (strcmp(name, "redis") == 0)
+		return KVL_HAVE_REDIS;
+	return 0;
+}
+
+void kvl__err_init(kvl__err *e)
+{
+	pthread_mutex_init(&e->mu, NULL);
+	e->msg[0] = '\0';
+}
+
+void kvl__err_destroy(kvl__err *e)
+{
+	pthread_mutex_destroy(&e->mu);
+}
+
+int kvl__vfail(kvl__err *e, int code, const char *fmt, va_list ap)
+{
+	if (!e)
+		return code;
+	char tmp[KVL__ERRMSG_MAX];
+	vsnprintf(tmp, sizeof tmp, fmt, ap);
+	pthread_mutex_lock(&e->mu);
+	memcpy(e->msg, tmp, sizeof tmp);
+	pthread_mutex_unlock(&e->mu);
+	return code;
+}
+
+int kvl__fail(kvl__err *e, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	kvl__vfail(e, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *kvl__err_get(const kvl__err *e)
+{
+	static _Thread_local char copy[KVL__ERRMSG_MAX];
+	if (!e)
+		return "";
+	kvl__err *m = (kvl__err *)e; /* the mutex is not part of the value */
+	pthread_mutex_lock(&m->mu);
+	memcpy(copy, m->msg, sizeof copy);
+	pthread_mutex_unlock(&m->mu);
+	return copy;
+}
+
+int kvl__fail_buf(char *errbuf, size_t errlen, int code, const char *fmt, ...)
+{
+	if (errbuf && errlen > 0) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(errbuf, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+void kvl__hex(const uint8_t *bytes, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[bytes[i] >> 4];
+		out[2 * i + 1] = digits[bytes[i] & 15];
+	}
+}
+
+int kvl__name_ok(const char *s, const char *extra)
+{
+	if (!s)
+		return 0;
+	size_t n = strlen(s);
+	if (n == 0 || n > KVL_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		            (c >= '0' && c <= '9');
+		if (!alnum && !strchr(extra, c))
+			return 0;
+	}
+	return 1;
+}
+
+uint64_t kvl__now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,29 @@
+/*
+ * cli.h — the subcommands of the kvlink tool and the helpers they share.
+ * Each subcommand lives in its own cmd_<name>.c and returns the process exit
+ * status: 0 success, 1 failure of the work, 2 bad usage.
+ */
+#ifndef KVL_CLI_H
+#define KVL_CLI_H
+
+#include <stdint.h>
+
+#include "kvlink.h"
+
+int kvl_cmd_hash(int argc, char **argv);
+int kvl_cmd_bench(int argc, char **argv);
+int kvl_cmd_stat(int argc, char **argv);
+
+/* Prints the stats of a linker (or, when lk is NULL, of a store) in `fmt`. */
+int kvl_cli_print_stats(kvl_linker *lk, kvl_store *st, kvl_stats_format fmt);
+/* "json" or "prometheus"/"prom" → *out; -1 for anything else. */
+int kvl_cli_stats_format(const char *s, kvl_stats_format *out);
+
+/* Prints "kvlink <cmd>: message" to stderr and returns 2 (usage) . */
+int kvl_cli_usage_error(const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Parses an unsigned decimal integer that must fit in uint64_t; 0 or -1. */
+int kvl_cli_parse_u64(const char *s, uint64_t *out);
+
+#endif
