@@ -1,0 +1,101 @@
+/*
+ * linker.h — the linker's state (internal), shared by linker.c (queues,
+ * threads, completions) and stats.c (rendering of its counters).
+ */
+#ifndef KVL_LINKER_H
+#define KVL_LINKER_H
+
+#include <stdatomic.h>
+
+#include "layout.h"
+#include "stats.h"
+
+/* One (page, pool) of a request. */
+typedef struct lk_item {
+	uint32_t page;  /* index in the request */
+	uint32_t pool;
+	size_t slot;
+	const char *key;
+	uint8_t *hdr;   /* loads: the object's header, read with its first layer */
+} lk_item;
+
+typedef struct lk_req {
+	uint64_t id;
+	kvl_req_kind kind;
+	size_t n_pages;
+	kvl_hash *pages;      /* page ⊕ ns */
+	size_t n_items;
+	lk_item *items;       /* grouped by pool, pages ascending */
+	size_t first_bad;     /* lowest page that failed (n_pages: none) */
+	int status;           /* error of that page, or 0 */
+	uint64_t t_accept_ns;
+	struct lk_req *prev, *next; /* the linker's list of open requests */
+	struct lk_req *qnext;       /* load queue, batch or offload queue */
+} lk_req;
+
+typedef struct lk_batch {
+	uint64_t id;
+	lk_req *reqs;
+	uint32_t done;       /* layers complete */
+	int first_err;       /* 0, or the first failure */
+	uint32_t fail_layer; /* layer of that failure */
+	int finished;        /* every request completed */
+	uint64_t t_start_ns;
+} lk_batch;
+
+/* Scratch of one I/O thread for one store call of up to io_batch items. */
+typedef struct lk_io {
+	const char **keyp;
+	lk_item **items;
+	lk_req **reqs;
+	size_t *counts;
+	int64_t *got;
+	int *res;
+	void *pieces; /* kvl_range or kvl_iov lists */
+	uint8_t *hdrs; /* offloads: headers being written */
+	size_t n;
+} lk_io;
+
+/* Scratch of lookups: grown to the largest lookup seen, reused after. */
+typedef struct lk_lookup {
+	pthread_mutex_t mu; /* one lookup at a time uses the scratch */
+	size_t cap;         /* items (page × pool) the arrays hold */
+	char *keys;         /* cap × KVL_KEY_MAX */
+	const char **keyp;
+	int *res;
+	uint8_t *flags;
+	uint64_t *bits;     /* words for max_request_pages, from open */
+} lk_lookup;
+
+struct kvl_linker {
+	const kvl_layout *layout;
+	kvl_store *store;
+	kvl_linker_opts opts;
+	uint32_t n_layers;
+	size_t max_comps;      /* most components of any pool */
+	size_t max_header;     /* largest object header of any pool */
+	kvl_policy *policies;  /* hit policy of each pool */
+	lk_lookup lookup;
+
+	pthread_mutex_t mu;    /* guards everything below up to `err` */
+	pthread_cond_t cv_loader, cv_offloader, cv_progress;
+	int closing;
+	lk_req *open;          /* accepted requests not yet completed */
+	uint32_t accounted;    /* accepted and not yet polled */
+	lk_req *load_head, *load_tail;
+	lk_batch batches[KVL_LINKER_MAX_BATCHES];
+	uint64_t next_batch;   /* id the next start gets */
+	uint64_t loader_next;  /* next batch id the loader takes */
+	lk_req *off_head, *off_tail;
+	uint64_t off_queued, off_completed;
+	kvl_completion *comp;  /* ring of max_requests */
+	size_t comp_head, comp_n;
+
+	pthread_t loader, offloader;
+	int threads_joined;
+	lk_io load_io, off_io; /* owned by the loader / offloader thread */
+	kvl__linker_stats stats;
+	kvl__err err;
+};
+
+#endif /* KVL_LINKER_H */

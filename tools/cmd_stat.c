@@ -1,0 +1,101 @@
+/*
+ * cmd_stat.c — `kvlink stat`: a store's counters as text, JSON or
+ * Prometheus exposition. (A running engine's linker counters come from
+ * kvl_linker_stats; `kvlink bench --stats FORMAT` shows them for a bench.)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kvlink.h"
+
+/* Renders with kvl_*_stats into a buffer that grows to what is needed. */
+int kvl_cli_print_stats(kvl_linker *lk, kvl_store *st, kvl_stats_format fmt)
+{
+	size_t len = 4096, needed = 0;
+	for (int tries = 0; tries < 4; tries++) {
+		char *buf = malloc(len);
+		if (!buf)
+			return KVL_ENOMEM;
+		int rc = lk ? kvl_linker_stats(lk, fmt, buf, len, &needed)
+		            : kvl_store_stats_render(st, fmt, buf, len, &needed);
+		if (rc == 0)
+			fputs(buf, stdout);
+		free(buf);
+		if (rc != KVL_ERANGE)
+			return rc;
+		len = needed + 1;
+	}
+	return KVL_ERANGE;
+}
+
+int kvl_cli_stats_format(const char *s, kvl_stats_format *out)
+{
+	if (!strcmp(s, "json"))
+		*out = KVL_STATS_JSON;
+	else if (!strcmp(s, "prometheus") || !strcmp(s, "prom"))
+		*out = KVL_STATS_PROMETHEUS;
+	else
+		return -1;
+	return 0;
+}
+
+int kvl_cmd_stat(int argc, char **argv)
+{
+	const char *uri = "mem:";
+	kvl_stats_format fmt = KVL_STATS_PROMETHEUS;
+	int text = 1;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			printf("usage: kvlink stat [--store URI] "
+			       "[--format text|json|prometheus]\n"
+			       "Prints the counters of the store at URI "
+			       "(default mem:).\n");
+			return 0;
+		} else if (!strcmp(argv[i], "--store") && i + 1 < argc) {
+			uri = argv[++i];
+		} else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+			const char *f = argv[++i];
+			text = !strcmp(f, "text");
+			if (!text && kvl_cli_stats_format(f, &fmt))
+				return kvl_cli_usage_error(
+					"stat", "unknown format '%s'", f);
+		} else {
+			return kvl_cli_usage_error("stat",
+			                           "unknown or incomplete "
+			                           "option '%s'",
+			                           argv[i]);
+		}
+	}
+	kvl_store *st;
+	char err[512];
+	if (kvl_store_open(uri, &st, err, sizeof err)) {
+		fprintf(stderr, "kvlink stat: store '%s': %s\n", uri, err);
+		return 1;
+	}
+	int rc = 0;
+	if (text) {
+		kvl_store_stats s;
+		rc = kvl_store_stats_get(st, &s);
+		if (rc == 0)
+			printf("store %s\n  objects   %llu\n  bytes     %llu\n"
+			       "  capacity  %llu\n  hits      %llu\n"
+			       "  misses    %llu\n  puts      %llu\n"
+			       "  evictions %llu\n  errors    %llu\n",
+			       uri, (unsigned long long)s.objects,
+			       (unsigned long long)s.bytes,
+			       (unsigned long long)s.capacity,
+			       (unsigned long long)s.hits,
+			       (unsigned long long)s.misses,
+			       (unsigned long long)s.puts,
+			       (unsigned long long)s.evictions,
+			       (unsigned long long)s.errors);
+	} else {
+		rc = kvl_cli_print_stats(NULL, st, fmt);
+	}
+	if (rc)
+		fprintf(stderr, "kvlink stat: %s\n", kvl_strerror(rc));
+	kvl_store_close(st);
+	return rc ? 1 : 0;
+}
