@@ -678,6 +678,39 @@ typedef struct kvl_completion {
 KVL_API int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
                             size_t *n_out, uint32_t timeout_ms);
 
+/* ======================================================================= CUDA */
+
+/* Layout buffers may live on a CUDA device (kvl_buffer.mem = KVL_MEM_CUDA)
+ * in builds with CUDA (kvl_has_feature("cuda")); the linker then moves pages
+ * between the store and GPU slots with batched copies, and the engine's
+ * compute stream can wait for a layer without blocking the CPU. Streams and
+ * events are passed as `void *` holding a cudaStream_t / cudaEvent_t, so this
+ * header needs no CUDA header. Without CUDA these functions return
+ * KVL_ENOTSUP. */
+
+/* Makes `stream` (NULL: the legacy default stream) wait on the GPU until
+ * layer `layer` of batch `batch` is in its destination slots. Returns once
+ * the wait is enqueued: the CPU blocks at most until the loader has issued
+ * that layer's copies, never for the copies themselves. A layer whose load
+ * failed is still waited for (its slots hold what was copied); the failure
+ * is reported as by kvl_linker_wait: the return value (KVL_EIO, …) when it
+ * is known at enqueue time, and always through the completions, which say
+ * which requests' pages are valid. Errors as kvl_linker_wait, plus
+ * KVL_ENOTSUP (no CUDA) and KVL_EIO (a CUDA call failed: message says
+ * which). Thread-safe. */
+KVL_API int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch,
+                                   uint32_t layer, void *stream,
+                                   uint32_t timeout_ms);
+
+/* As kvl_linker_offload, but the copies out of the slots start only after
+ * CUDA event `event` (recorded by the engine after the kernels that wrote
+ * those pages) has completed; NULL behaves as kvl_linker_offload. The event
+ * must stay valid until the request completes. */
+KVL_API int kvl_linker_offload_after(kvl_linker *lk, uint64_t id,
+                                     const kvl_hash *pages, size_t n_pages,
+                                     const kvl_hash *ns,
+                                     const size_t *const *slots, void *event);
+
 /* ====================================================================== stats */
 
 typedef enum kvl_stats_format {

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "kvl_config.h"
 #include "linker.h"
 #include "pages.h"
 #include "store.h"
@@ -91,7 +92,7 @@ static const kvl__pool *lk_pool(const kvl_linker *lk, uint32_t pool)
 }
 
 /* Records that page `page` of `r` failed with `code`; keeps the lowest. */
-static void req_fail(lk_req *r, size_t page, int code)
+void kvl__lk_req_fail(lk_req *r, size_t page, int code)
 {
 	if (page < r->first_bad) {
 		r->first_bad = page;
@@ -128,13 +129,6 @@ int kvl_linker_open(const kvl_layout *layout, kvl_store *store,
 	if (!o.io_batch)
 		o.io_batch = DEF_IO_BATCH;
 	o.struct_size = sizeof o;
-	for (size_t i = 0; i < layout->n_pools; i++)
-		if (layout->pools[i].on_cuda && !kvl_has_feature("cuda"))
-			return kvl__fail_buf(errbuf, errlen, KVL_ENOTSUP,
-			                     "pool '%s' lives on a CUDA device "
-			                     "but this kvlink has no CUDA "
-			                     "support",
-			                     layout->pools[i].name);
 
 	kvl_linker *lk = calloc(1, sizeof *lk);
 	if (!lk)
@@ -182,6 +176,16 @@ int kvl_linker_open(const kvl_layout *layout, kvl_store *store,
 	    io_alloc(&lk->off_io, o.io_batch, (1 + max_pieces) * sizeof(kvl_iov),
 	             lk->max_header))
 		goto fail;
+	for (size_t i = 0; i < layout->n_pools; i++)
+		if (layout->pools[i].on_cuda) {
+			rc = kvl__lk_gpu_open(lk, errbuf, errlen);
+			if (rc) {
+				lk->threads_joined = 2;
+				kvl_linker_close(lk);
+				return rc;
+			}
+			break;
+		}
 	rc = KVL_ENOMEM;
 	if (pthread_create(&lk->loader, NULL, loader_main, lk))
 		goto fail;
@@ -285,6 +289,7 @@ void kvl_linker_close(kvl_linker *lk)
 	if (!lk)
 		return;
 	kvl_linker_shutdown(lk);
+	kvl__lk_gpu_close(lk);
 	io_free(&lk->load_io);
 	io_free(&lk->off_io);
 	free(lk->comp);
@@ -697,17 +702,24 @@ int kvl_linker_wait(kvl_linker *lk, uint64_t batch, uint32_t layer,
 	return rc;
 }
 
-int kvl_linker_offload(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
-                       size_t n_pages, const kvl_hash *ns,
-                       const size_t *const *slots)
+int kvl_linker_offload_after(kvl_linker *lk, uint64_t id,
+                             const kvl_hash *pages, size_t n_pages,
+                             const kvl_hash *ns, const size_t *const *slots,
+                             void *event)
 {
 	if (!lk)
 		return KVL_EINVAL;
+	if (event && !lk->gpu)
+		return kvl__fail(&lk->err, KVL_ENOTSUP,
+		                 "offload %llu: an event needs a pool on a CUDA "
+		                 "device (and a kvlink built with CUDA)",
+		                 (unsigned long long)id);
 	lk_req *r;
 	int rc = req_build(lk, KVL_REQ_OFFLOAD, id, pages, n_pages, ns, slots,
 	                   &r);
 	if (rc)
 		return rc;
+	r->event = event;
 	pthread_mutex_lock(&lk->mu);
 	rc = accept_locked(lk, r);
 	if (rc == 0) {
@@ -723,6 +735,14 @@ int kvl_linker_offload(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
 	if (rc)
 		req_free(r);
 	return rc;
+}
+
+int kvl_linker_offload(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
+                       size_t n_pages, const kvl_hash *ns,
+                       const size_t *const *slots)
+{
+	return kvl_linker_offload_after(lk, id, pages, n_pages, ns, slots,
+	                                NULL);
 }
 
 int kvl_linker_flush(kvl_linker *lk, uint32_t timeout_ms)
@@ -809,7 +829,7 @@ static void load_flush(kvl_linker *lk, lk_io *io, size_t m, uint32_t layer,
 		                               (uint32_t)(ly - p->layers)))
 			err = KVL_ECORRUPT;
 		if (err) {
-			req_fail(r, it->page, err);
+			kvl__lk_req_fail(r, it->page, err);
 			if (!*layer_err)
 				*layer_err = err;
 		} else {
@@ -833,8 +853,8 @@ static int load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 				continue; /* a lower page failed: not valid */
 			const kvl__pool *p = lk_pool(lk, it->pool);
 			const kvl__layer *ly = kvl__pool_layer(p, layer);
-			if (!ly)
-				continue;
+			if (!ly || p->on_cuda)
+				continue; /* GPU pools: kvl__lk_gpu_load_layer */
 			size_t c = 0;
 			if (ly == &p->layers[0])
 				rg[n_rg + c++] = (kvl_range){
@@ -856,26 +876,57 @@ static int load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 	return layer_err;
 }
 
+/* Marks layer `layer` of b complete with `err` (0: good). */
+static void layer_done(kvl_linker *lk, lk_batch *b, uint32_t layer, int err)
+{
+	pthread_mutex_lock(&lk->mu);
+	if (err && !b->first_err) {
+		b->first_err = err;
+		b->fail_layer = layer;
+	}
+	b->done = layer + 1;
+	pthread_cond_broadcast(&lk->cv_progress);
+	pthread_mutex_unlock(&lk->mu);
+}
+
+/* Runs a batch layer by layer. Host pools complete a layer when their
+ * store reads return; GPU pools when the copies issued for it finish, which
+ * is waited for only after the next layer's copies are issued, so the GPU
+ * never idles while the loader prepares the next layer. */
 static void run_batch(kvl_linker *lk, lk_batch *b)
 {
-	int canceled = 0;
-	for (uint32_t layer = 0; layer < lk->n_layers; layer++) {
+	int canceled = 0, pending_err = 0;
+	uint32_t layer;
+	for (layer = 0; layer < lk->n_layers; layer++) {
 		pthread_mutex_lock(&lk->mu);
 		canceled = lk->closing;
 		pthread_mutex_unlock(&lk->mu);
 		if (canceled)
 			break;
 		int err = load_layer(lk, b, layer);
-		pthread_mutex_lock(&lk->mu);
-		if (err && !b->first_err) {
-			b->first_err = err;
-			b->fail_layer = layer;
+		if (!lk->gpu) {
+			layer_done(lk, b, layer, err);
+			continue;
 		}
-		b->done = layer + 1;
+		int gerr = kvl__lk_gpu_load_layer(lk, b, layer);
+		if (!err)
+			err = gerr;
+		pthread_mutex_lock(&lk->mu);
+		b->enqueued = layer + 1;
 		pthread_cond_broadcast(&lk->cv_progress);
 		pthread_mutex_unlock(&lk->mu);
+		if (layer > 0) {
+			int ferr = kvl__lk_gpu_finish_layer(lk, layer - 1);
+			layer_done(lk, b, layer - 1, pending_err ? pending_err : ferr);
+		}
+		pending_err = err;
+	}
+	if (lk->gpu && layer > 0) {
+		int ferr = kvl__lk_gpu_finish_layer(lk, layer - 1);
+		layer_done(lk, b, layer - 1, pending_err ? pending_err : ferr);
 	}
 	pthread_mutex_lock(&lk->mu);
+	b->enqueued = lk->n_layers;
 	if (canceled && b->done < lk->n_layers) {
 		if (!b->first_err) {
 			b->first_err = KVL_ECANCELED;
@@ -943,13 +994,13 @@ static void offload_chunk(kvl_linker *lk, lk_req *r, size_t i, size_t j)
 	if (m == 0)
 		return;
 	int rc = kvl_store_exists(lk->store, io->keyp, m, io->res);
-	size_t w = 0;
+	size_t w = 0, n_gpu = 0;
 	kvl_iov *iov = io->pieces;
 	size_t n_iov = 0;
 	for (size_t k = 0; k < m; k++) {
 		lk_item *it = io->items[k];
 		if (rc || io->res[k] < 0) {
-			req_fail(r, it->page, rc ? rc : io->res[k]);
+			kvl__lk_req_fail(r, it->page, rc ? rc : io->res[k]);
 			continue;
 		}
 		if (io->res[k] == 1) {
@@ -957,6 +1008,10 @@ static void offload_chunk(kvl_linker *lk, lk_req *r, size_t i, size_t j)
 			continue;
 		}
 		const kvl__pool *p = lk_pool(lk, it->pool);
+		if (p->on_cuda) {
+			io->reqs[n_gpu++] = (lk_req *)it; /* GPU items, below */
+			continue;
+		}
 		uint8_t *hdr = io->hdrs + w * lk->max_header;
 		kvl__page_header(p, &r->pages[it->page], it->slot, hdr);
 		io->counts[w] = kvl__page_pieces(p, hdr, it->slot, iov + n_iov);
@@ -964,6 +1019,8 @@ static void offload_chunk(kvl_linker *lk, lk_req *r, size_t i, size_t j)
 		io->keyp[w] = it->key;
 		io->items[w++] = it;
 	}
+	if (n_gpu)
+		kvl__lk_gpu_offload(lk, r, (lk_item **)io->reqs, n_gpu, r->event);
 	if (w == 0)
 		return;
 	rc = kvl_store_put(lk->store, io->keyp, w, io->pieces, io->counts,
@@ -972,7 +1029,7 @@ static void offload_chunk(kvl_linker *lk, lk_req *r, size_t i, size_t j)
 		lk_item *it = io->items[k];
 		int res = rc ? rc : io->res[k];
 		if (res < 0) {
-			req_fail(r, it->page, res);
+			kvl__lk_req_fail(r, it->page, res);
 		} else if (res == KVL_PUT_PRESENT) {
 			KVL__COUNT(&lk->stats, present_pages, 1);
 		} else {
@@ -1016,3 +1073,59 @@ static void *offloader_main(void *arg)
 	pthread_mutex_unlock(&lk->mu);
 	return NULL;
 }
+
+/* ------------------------------------------------------------------ CUDA */
+
+#if !KVL_HAVE_CUDA
+/* Without CUDA no linker has GPU pools: these are never reached but for
+ * open, which refuses, and the stream wait, which says why it cannot. */
+int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
+{
+	(void)lk;
+	return kvl__fail_buf(errbuf, errlen, KVL_ENOTSUP,
+	                     "a pool lives on a CUDA device but this kvlink "
+	                     "was built without CUDA");
+}
+
+void kvl__lk_gpu_close(kvl_linker *lk)
+{
+	(void)lk;
+}
+
+int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
+{
+	(void)lk;
+	(void)b;
+	(void)layer;
+	return KVL_ENOTSUP;
+}
+
+int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer)
+{
+	(void)lk;
+	(void)layer;
+	return KVL_ENOTSUP;
+}
+
+void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
+                         size_t n, void *event)
+{
+	(void)lk;
+	(void)event;
+	for (size_t i = 0; i < n; i++)
+		kvl__lk_req_fail(r, items[i]->page, KVL_ENOTSUP);
+}
+
+int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch, uint32_t layer,
+                           void *stream, uint32_t timeout_ms)
+{
+	(void)batch;
+	(void)layer;
+	(void)stream;
+	(void)timeout_ms;
+	if (!lk)
+		return KVL_EINVAL;
+	return kvl__fail(&lk->err, KVL_ENOTSUP,
+	                 "wait_stream: this kvlink was built without CUDA");
+}
+#endif

@@ -29,6 +29,7 @@ typedef struct lk_req {
 	size_t first_bad;     /* lowest page that failed (n_pages: none) */
 	int status;           /* error of that page, or 0 */
 	uint64_t t_accept_ns;
+	void *event;          /* offloads: CUDA event to wait for, or NULL */
 	struct lk_req *prev, *next; /* the linker's list of open requests */
 	struct lk_req *qnext;       /* load queue, batch or offload queue */
 } lk_req;
@@ -37,6 +38,7 @@ typedef struct lk_batch {
 	uint64_t id;
 	lk_req *reqs;
 	uint32_t done;       /* layers complete */
+	uint32_t enqueued;   /* layers whose GPU copies are issued */
 	int first_err;       /* 0, or the first failure */
 	uint32_t fail_layer; /* layer of that failure */
 	int finished;        /* every request completed */
@@ -95,7 +97,22 @@ struct kvl_linker {
 	int threads_joined;
 	lk_io load_io, off_io; /* owned by the loader / offloader thread */
 	kvl__linker_stats stats;
+	struct lk_gpu *gpu;    /* GPU copies; NULL when no pool is on a GPU */
 	kvl__err err;
 };
+
+/* GPU part of the linker (linker_cuda.c; stubs without CUDA). Open checks
+ * and prepares the copiers when some pool lives on a CUDA device. Load
+ * issues the copies of one layer for the GPU pools' items (and records the
+ * layer's event); finish waits for a layer's copies and releases what they
+ * read; both return the first failure (and fail items via their requests).
+ * Offload copies items of GPU pools to host memory and stores them. */
+int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen);
+void kvl__lk_gpu_close(kvl_linker *lk);
+int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer);
+int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer);
+void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
+                         size_t n, void *event);
+void kvl__lk_req_fail(lk_req *r, size_t page, int code);
 
 #endif /* KVL_LINKER_H */

@@ -38,6 +38,19 @@ uint64_t kvl__layer_sum(const kvl__pool *p, const kvl__layer *ly, size_t slot)
 	return sum;
 }
 
+uint64_t kvl__object_layer_sum(const kvl__pool *p, const kvl__layer *ly,
+                               const uint8_t *obj)
+{
+	uint64_t sum = KVL__CHECKSUM_SEED;
+	const uint8_t *at = obj + ly->offset;
+	for (uint32_t k = 0; k < p->n_comps; k++) {
+		size_t len = ly->bufs[k]->b.page_bytes;
+		sum = kvl__checksum(at, len, sum);
+		at += len;
+	}
+	return sum;
+}
+
 void kvl__page_header(const kvl__pool *p, const kvl_hash *page, size_t slot,
                       uint8_t *hdr)
 {

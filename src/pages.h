@@ -16,6 +16,11 @@ size_t kvl__layer_ranges(const kvl__pool *p, const kvl__layer *ly, size_t slot,
 /* The checksum of layer `ly` as it sits in slot `slot` (host memory). */
 uint64_t kvl__layer_sum(const kvl__pool *p, const kvl__layer *ly, size_t slot);
 
+/* The checksum of layer `ly` inside object bytes `obj` (header first):
+ * equal to kvl__layer_sum of the slot the object was stored from. */
+uint64_t kvl__object_layer_sum(const kvl__pool *p, const kvl__layer *ly,
+                               const uint8_t *obj);
+
 /* Writes the header of page `page` stored from slot `slot` into hdr
  * (p->header_size bytes), summing every layer of the slot. */
 void kvl__page_header(const kvl__pool *p, const kvl_hash *page, size_t slot,

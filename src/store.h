@@ -52,6 +52,8 @@ int kvl__uri_check_unused(const kvl__uri *uri, char *errbuf, size_t errlen);
 /* Parses a byte size with an optional suffix (see above). 0 or KVL_EPARSE. */
 int kvl__parse_size(const char *s, uint64_t *out);
 
+struct kvl__view;
+
 typedef struct kvl_store_ops {
 	const char *scheme;
 	/* Opens the backend from a parsed URI into *impl. `store` is the handle
@@ -75,7 +77,23 @@ typedef struct kvl_store_ops {
 	int (*reg)(kvl_store *store, void *impl, void *addr, size_t len,
 	           kvl_mem_kind mem); /* may be NULL: nothing to do */
 	void (*stats)(void *impl, kvl_store_stats *out);
+	/* Optional zero-copy reads: pins each present object and returns its
+	 * bytes in views[i] (results[i]: 1 found, 0 absent, <0 error) until
+	 * release unpins them. `pinned` says whether the bytes are in pinned,
+	 * mapped memory that GPU copies may read in place. NULL when the
+	 * backend cannot. */
+	int (*peek)(kvl_store *store, void *impl, const char *const *keys,
+	            size_t n, struct kvl__view *views, int *results);
+	void (*release)(kvl_store *store, void *impl, struct kvl__view *views,
+	                size_t n);
 } kvl_store_ops;
+
+typedef struct kvl__view {
+	const uint8_t *data;
+	uint64_t len;
+	void *handle; /* the backend's; NULL when nothing is pinned */
+	int pinned;
+} kvl__view;
 
 struct kvl_store {
 	const kvl_store_ops *ops;

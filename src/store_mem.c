@@ -17,10 +17,10 @@
  * slot and allocator slack. `used` is the sum over every object still in
  * memory, including one that was evicted or removed while a reader was
  * copying it, so the accounted bytes never exceed the capacity. Stats report
- * `used` as bytes. Slab chunks are returned to the system only by close;
- * freed payloads are kept for reuse by length (at most capacity/16 or
- * 64 MiB, not counted in `used`), and payloads of 2 MiB and more ask for
- * transparent huge pages: both spare page faults on the put path.
+ * `used` as bytes. Slab chunks are returned to the system only by close.
+ * Payload memory comes from hostmem.c: plain heap blocks (freed ones kept
+ * for reuse up to capacity/16 or 64 MiB, not counted in `used`), or, with
+ * pinned=1 in a CUDA build, pinned chunks that GPU copies use in place.
  * Counters: a key found by exists or by a get whose ranges fit is a hit; a
  * key not found is a miss; a get range beyond the object and a put that
  * fails (KVL_ERANGE, KVL_EFULL, KVL_ENOMEM) count as errors only.
@@ -57,7 +57,11 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "hostmem.h"
 #include "store.h"
+
+/* Freed payload bytes kept for reuse (plain memory), at most. */
+#define MEM_KEEP_MAX (64ull << 20)
 
 /* AddressSanitizer cannot see inside the slab unless told. */
 #if defined(__SANITIZE_ADDRESS__)
@@ -115,26 +119,13 @@ struct mem_chunk {
 	struct mem_chunk *next;
 };
 
-/* Freed payloads kept for reuse, by exact length: a full store evicts one
- * object per put, and pages keep one size per pool, so reusing the evicted
- * block spares the kernel a page fault per 4 KiB of every new object. */
-#define MEM_RECYCLE_SIZES 8
-#define MEM_RECYCLE_MAX (64ull << 20) /* bytes held for reuse, at most */
-#define MEM_HUGE (2u << 20)            /* payloads from here use huge pages */
-struct mem_recycle {
-	size_t len;
-	void *head; /* next block stored in each block's first bytes */
-};
-
 struct mem_slab {
 	pthread_mutex_t mu;
 	struct mem_free_rec *free[MEM_NCLASS]; /* (mu) */
 	char *bump;                /* next unused byte of the newest chunk (mu) */
 	size_t left;               /* bytes after bump (mu) */
 	struct mem_chunk *chunks;  /* every chunk, newest first (mu) */
-	struct mem_recycle recycle[MEM_RECYCLE_SIZES]; /* (mu) */
-	uint64_t recycled;         /* bytes held in recycle (mu) */
-	uint64_t recycle_max;      /* immutable */
+	kvl__hostmem payloads;     /* payload memory (its own lock) */
 };
 
 /* Accounted bytes of an object. */
@@ -464,55 +455,6 @@ static int mem_chunk_new(struct mem_slab *sl)
 	return 0;
 }
 
-/* A payload of `len` bytes (> 0): a recycled one of that length, else a
- * new one (huge pages when large), or NULL. */
-static void *mem_payload_alloc(struct mem_slab *sl, size_t len)
-{
-	void *data = NULL;
-	pthread_mutex_lock(&sl->mu);
-	for (int i = 0; i < MEM_RECYCLE_SIZES; i++) {
-		struct mem_recycle *r = &sl->recycle[i];
-		if (r->len == len && r->head) {
-			data = r->head;
-			memcpy(&r->head, data, sizeof(void *));
-			sl->recycled -= len;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&sl->mu);
-	if (data)
-		return data;
-	size_t align = len >= MEM_HUGE ? MEM_HUGE : MEM_ALIGN;
-	if (posix_memalign(&data, align, len) != 0)
-		return NULL;
-	if (len >= MEM_HUGE)
-		madvise(data, len & ~(size_t)(MEM_HUGE - 1), MADV_HUGEPAGE);
-	return data;
-}
-
-/* Returns a payload: kept for reuse while there is room, else freed.
- * Caller holds sl->mu. */
-static void mem_payload_free_locked(struct mem_slab *sl, void *data, size_t len)
-{
-	if (!data)
-		return;
-	if (len >= sizeof(void *) && sl->recycled + len <= sl->recycle_max) {
-		struct mem_recycle *r = NULL;
-		for (int i = 0; i < MEM_RECYCLE_SIZES && !r; i++)
-			if (sl->recycle[i].len == len ||
-			    !sl->recycle[i].head)
-				r = &sl->recycle[i];
-		if (r) {
-			r->len = len;
-			memcpy(data, &r->head, sizeof(void *));
-			r->head = data;
-			sl->recycled += len;
-			return;
-		}
-	}
-	free(data);
-}
-
 /* A record of at least `need` bytes (its cls set), or NULL. */
 static struct mem_obj *mem_rec_alloc(struct mem_slab *sl, size_t need)
 {
@@ -553,9 +495,9 @@ static void mem_free_list(struct mem_store *m, struct mem_obj *list)
 	struct mem_slab *sl = &m->slab;
 	if (!list)
 		return;
-	pthread_mutex_lock(&sl->mu);
 	for (struct mem_obj *o = list; o; o = o->older)
-		mem_payload_free_locked(sl, o->data, o->len);
+		kvl__hostmem_free(&sl->payloads, o->data, o->len);
+	pthread_mutex_lock(&sl->mu);
 	while (list) {
 		struct mem_obj *o = list;
 		list = o->older;
@@ -573,12 +515,7 @@ static void mem_free_list(struct mem_store *m, struct mem_obj *list)
 
 static void mem_slab_destroy(struct mem_slab *sl)
 {
-	for (int i = 0; i < MEM_RECYCLE_SIZES; i++)
-		while (sl->recycle[i].head) {
-			void *b = sl->recycle[i].head;
-			memcpy(&sl->recycle[i].head, b, sizeof(void *));
-			free(b);
-		}
+	kvl__hostmem_destroy(&sl->payloads);
 	struct mem_chunk *ch = sl->chunks;
 	while (ch) {
 		struct mem_chunk *next = ch->next;
@@ -775,6 +712,60 @@ static int mem_get(kvl_store *store, void *impl, const char *const *keys,
 	return 0;
 }
 
+/* ------------------------------------------------------------------ peek */
+
+/* Pins present objects and hands out their bytes; mem_release unpins. */
+static int mem_peek(kvl_store *store, void *impl, const char *const *keys,
+                    size_t n, kvl__view *views, int *results)
+{
+	(void)store;
+	struct mem_store *m = impl;
+	uint64_t h[MEM_CHUNK];
+	size_t kl[MEM_CHUNK];
+	for (size_t base = 0; base < n; base += MEM_CHUNK) {
+		size_t cn = mem_min(MEM_CHUNK, n - base);
+		mem_hash_keys(keys + base, cn, h, kl);
+		pthread_mutex_lock(&m->mu);
+		for (size_t i = 0; i < cn; i++) {
+			int found;
+			size_t s = mem_find(m, h[i], keys[base + i], kl[i],
+			                    &found);
+			kvl__view *v = &views[base + i];
+			*v = (kvl__view){0};
+			results[base + i] = found;
+			if (!found) {
+				m->misses++;
+				continue;
+			}
+			struct mem_obj *o = m->slots[s].obj;
+			mem_pin(m, o);
+			mem_touch(m, o);
+			m->hits++;
+			*v = (kvl__view){.data = o->data, .len = o->len,
+			                 .handle = o,
+			                 .pinned = m->slab.payloads.pinned};
+		}
+		pthread_mutex_unlock(&m->mu);
+	}
+	return 0;
+}
+
+static void mem_release(kvl_store *store, void *impl, kvl__view *views,
+                        size_t n)
+{
+	(void)store;
+	struct mem_store *m = impl;
+	struct mem_obj *dead = NULL;
+	pthread_mutex_lock(&m->mu);
+	for (size_t i = 0; i < n; i++)
+		if (views[i].handle) {
+			mem_unpin(m, views[i].handle, &dead);
+			views[i].handle = NULL;
+		}
+	pthread_mutex_unlock(&m->mu);
+	mem_free_list(m, dead);
+}
+
 /* ------------------------------------------------------------------- put */
 
 /* A new, filled, unlinked object for key/pieces, or NULL (out of memory). */
@@ -783,14 +774,12 @@ static struct mem_obj *mem_obj_new(struct mem_store *m, const char *key,
                                    const kvl_iov *pc, size_t n_pc, size_t len)
 {
 	void *data = NULL;
-	if (len && !(data = mem_payload_alloc(&m->slab, len)))
+	if (len && !(data = kvl__hostmem_alloc(&m->slab.payloads, len)))
 		return NULL;
 	struct mem_obj *o =
 		mem_rec_alloc(&m->slab, sizeof(struct mem_obj) + key_len + 1);
 	if (!o) {
-		pthread_mutex_lock(&m->slab.mu);
-		mem_payload_free_locked(&m->slab, data, len);
-		pthread_mutex_unlock(&m->slab.mu);
+		kvl__hostmem_free(&m->slab.payloads, data, len);
 		return NULL;
 	}
 	o->newer = o->older = NULL;
@@ -986,7 +975,7 @@ static void mem_close(void *impl)
 	 * linked and on the list. */
 	for (struct mem_obj *o = m->head, *next; o; o = next) {
 		next = o->older;
-		free(o->data);
+		kvl__hostmem_free(&m->slab.payloads, o->data, o->len);
 		if (o->cls == MEM_CLS_MALLOC)
 			free(o);
 	}
@@ -1018,6 +1007,12 @@ static int mem_open(kvl_store *store, kvl__uri *uri, void **impl, char *errbuf,
 	rc = kvl__uri_bool(uri, "verify", &verify, errbuf, errlen);
 	if (rc < 0)
 		return rc;
+	/* Pinned payloads let GPU copies use objects in place; the default
+	 * asks for them whenever this build has CUDA. */
+	int pinned = kvl_has_feature("cuda");
+	rc = kvl__uri_bool(uri, "pinned", &pinned, errbuf, errlen);
+	if (rc < 0)
+		return rc;
 
 	struct mem_store *m = calloc(1, sizeof *m);
 	if (m)
@@ -1031,8 +1026,9 @@ static int mem_open(kvl_store *store, kvl__uri *uri, void **impl, char *errbuf,
 	pthread_mutex_init(&m->slab.mu, NULL);
 	m->mask = MEM_TABLE_MIN - 1;
 	m->capacity = capacity;
-	m->slab.recycle_max = capacity / 16 < MEM_RECYCLE_MAX ? capacity / 16
-	                                                     : MEM_RECYCLE_MAX;
+	kvl__hostmem_init(&m->slab.payloads, pinned,
+	                  capacity / 16 < MEM_KEEP_MAX ? capacity / 16
+	                                               : MEM_KEEP_MAX);
 	store->trusted = !verify;
 	*impl = m;
 	return 0;
@@ -1063,4 +1059,6 @@ const kvl_store_ops kvl__store_mem_ops = {
 	.remove = mem_remove,
 	.reg = NULL,
 	.stats = mem_stats,
+	.peek = mem_peek,
+	.release = mem_release,
 };

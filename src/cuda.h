@@ -1,0 +1,73 @@
+/*
+ * cuda.h — kvlink's GPU copies (internal; built only with CUDA).
+ *
+ * C callers see no CUDA header: streams and events are opaque. One copier
+ * belongs to one linker thread (the loader or the offloader) and moves lists
+ * of (source, destination, length) chunks with one kernel launch per list:
+ * a gather kernel in which every thread block copies chunks with 16-byte
+ * loads and stores. Host memory it touches must be pinned and mapped
+ * (kvl__cuda_host_alloc), so the kernel reads or writes it over PCIe
+ * directly; one launch per layer reaches the PCIe ceiling at every chunk
+ * size, where one cudaMemcpyAsync per chunk tops out near 5 GB/s at 16 KiB.
+ */
+#ifndef KVL_CUDA_H
+#define KVL_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvl__chunk {
+	const void *src;
+	void *dst;
+	uint64_t len;
+} kvl__chunk;
+
+/* 1 if a CUDA device is usable in this process. */
+int kvl__cuda_usable(void);
+
+/* Pinned, mapped host memory (usable by kernels through the same pointer),
+ * or NULL. */
+void *kvl__cuda_host_alloc(size_t len);
+void kvl__cuda_host_free(void *p);
+/* 1 if p points into pinned, mapped host memory or device memory. */
+int kvl__cuda_kernel_can_read(const void *p);
+
+typedef struct kvl__copier kvl__copier;
+
+/* A copier on `device` with `n_events` reusable events (one per layer) and
+ * room for `max_chunks` chunks per launch. *why gets a static message on
+ * failure. */
+int kvl__copier_create(int device, uint32_t n_events, size_t max_chunks,
+                       kvl__copier **out, const char **why);
+void kvl__copier_destroy(kvl__copier *c);
+
+/* The copier's chunk list for the next launch (max_chunks entries), in
+ * pinned memory the kernel reads. Valid until the next launch's list is
+ * asked for; kvl__copier_launch waits, if needed, until the kernel that
+ * used it last has finished. */
+kvl__chunk *kvl__copier_chunks(kvl__copier *c);
+
+/* Enqueues one kernel copying the first n chunks of the list. */
+int kvl__copier_launch(kvl__copier *c, size_t n);
+
+/* Records event `ev` after everything enqueued so far. */
+int kvl__copier_record(kvl__copier *c, uint32_t ev);
+/* Blocks until event `ev` has completed. */
+int kvl__copier_sync(kvl__copier *c, uint32_t ev);
+/* Makes `stream` (a cudaStream_t, NULL for the default stream) wait for
+ * event `ev` on the GPU. */
+int kvl__copier_stream_wait(kvl__copier *c, uint32_t ev, void *stream);
+/* Makes the copier's stream wait for an engine's event. */
+int kvl__copier_after(kvl__copier *c, void *event);
+
+/* The text of the last CUDA error of this thread, for messages. */
+const char *kvl__cuda_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVL_CUDA_H */

@@ -1,0 +1,205 @@
+/*
+ * cuda_copy.cu — the gather kernel and the copier around it (see cuda.h).
+ *
+ * A copier owns a non-blocking stream, `n_events` events that the linker
+ * records per layer, and a ring of KVL_COPIER_LISTS chunk lists in pinned
+ * memory, each guarded by an event so a list is rewritten only after the
+ * kernel that read it finished. All of a copier's calls come from one
+ * thread; events may be waited on from others (cudaStreamWaitEvent on an
+ * engine stream).
+ */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+
+#include "cuda.h"
+
+#define KVL_COPIER_LISTS 4
+#define KVL_COPY_THREADS 256
+
+struct kvl__copier {
+	int device;
+	cudaStream_t stream;
+	uint32_t n_events;
+	cudaEvent_t *events;
+	size_t max_chunks;
+	kvl__chunk *lists[KVL_COPIER_LISTS];
+	cudaEvent_t list_done[KVL_COPIER_LISTS];
+	int list_used[KVL_COPIER_LISTS];
+	unsigned next;    /* the list kvl__copier_chunks hands out next */
+};
+
+static __thread const char *last_error = "no error";
+
+static int ok(cudaError_t e)
+{
+	if (e == cudaSuccess)
+		return 1;
+	last_error = cudaGetErrorString(e);
+	return 0;
+}
+
+extern "C" const char *kvl__cuda_last_error(void)
+{
+	return last_error;
+}
+
+extern "C" int kvl__cuda_usable(void)
+{
+	int n = 0;
+	return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+extern "C" void *kvl__cuda_host_alloc(size_t len)
+{
+	void *p = NULL;
+	if (!ok(cudaHostAlloc(&p, len,
+	                      cudaHostAllocMapped | cudaHostAllocPortable)))
+		return NULL;
+	return p;
+}
+
+extern "C" void kvl__cuda_host_free(void *p)
+{
+	if (p)
+		cudaFreeHost(p);
+}
+
+extern "C" int kvl__cuda_kernel_can_read(const void *p)
+{
+	cudaPointerAttributes a;
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		cudaGetLastError(); /* clear: unregistered host memory */
+		return 0;
+	}
+	return a.type == cudaMemoryTypeDevice ||
+	       a.type == cudaMemoryTypeManaged ||
+	       (a.type == cudaMemoryTypeHost && a.devicePointer == p);
+}
+
+/* Each block copies whole chunks, blockIdx.x, blockIdx.x + gridDim.x, …:
+ * 16-byte words when source, destination and length allow, else bytes. */
+__global__ void kvl_gather(const kvl__chunk *chunks, size_t n)
+{
+	for (size_t i = blockIdx.x; i < n; i += gridDim.x) {
+		const char *s = (const char *)chunks[i].src;
+		char *d = (char *)chunks[i].dst;
+		uint64_t len = chunks[i].len;
+		if ((((uintptr_t)s | (uintptr_t)d) & 15) == 0) {
+			const uint4 *s4 = (const uint4 *)s;
+			uint4 *d4 = (uint4 *)d;
+			uint64_t words = len / 16;
+			for (uint64_t w = threadIdx.x; w < words; w += blockDim.x)
+				d4[w] = s4[w];
+			for (uint64_t b = words * 16 + threadIdx.x; b < len;
+			     b += blockDim.x)
+				d[b] = s[b];
+		} else {
+			for (uint64_t b = threadIdx.x; b < len; b += blockDim.x)
+				d[b] = s[b];
+		}
+	}
+}
+
+extern "C" int kvl__copier_create(int device, uint32_t n_events,
+                                  size_t max_chunks, kvl__copier **out,
+                                  const char **why)
+{
+	kvl__copier *c = (kvl__copier *)calloc(1, sizeof *c);
+	if (!c) {
+		*why = "out of memory";
+		return -1;
+	}
+	c->device = device;
+	c->n_events = n_events;
+	c->max_chunks = max_chunks;
+	c->events = (cudaEvent_t *)calloc(n_events ? n_events : 1,
+	                                  sizeof(cudaEvent_t));
+	int good = c->events && ok(cudaSetDevice(device)) &&
+	           ok(cudaStreamCreateWithFlags(&c->stream,
+	                                        cudaStreamNonBlocking));
+	for (uint32_t i = 0; good && i < n_events; i++)
+		good = ok(cudaEventCreateWithFlags(&c->events[i],
+		                                   cudaEventDisableTiming));
+	for (int i = 0; good && i < KVL_COPIER_LISTS; i++) {
+		c->lists[i] = (kvl__chunk *)kvl__cuda_host_alloc(
+			max_chunks * sizeof(kvl__chunk));
+		good = c->lists[i] &&
+		       ok(cudaEventCreateWithFlags(&c->list_done[i],
+		                                   cudaEventDisableTiming));
+	}
+	if (!good) {
+		*why = last_error;
+		kvl__copier_destroy(c);
+		return -1;
+	}
+	*out = c;
+	return 0;
+}
+
+extern "C" void kvl__copier_destroy(kvl__copier *c)
+{
+	if (!c)
+		return;
+	if (c->stream)
+		cudaStreamSynchronize(c->stream);
+	for (uint32_t i = 0; c->events && i < c->n_events; i++)
+		if (c->events[i])
+			cudaEventDestroy(c->events[i]);
+	for (int i = 0; i < KVL_COPIER_LISTS; i++) {
+		kvl__cuda_host_free(c->lists[i]);
+		if (c->list_done[i])
+			cudaEventDestroy(c->list_done[i]);
+	}
+	if (c->stream)
+		cudaStreamDestroy(c->stream);
+	free(c->events);
+	free(c);
+}
+
+extern "C" kvl__chunk *kvl__copier_chunks(kvl__copier *c)
+{
+	unsigned i = c->next % KVL_COPIER_LISTS;
+	if (c->list_used[i]) {
+		cudaEventSynchronize(c->list_done[i]);
+		c->list_used[i] = 0;
+	}
+	return c->lists[i];
+}
+
+extern "C" int kvl__copier_launch(kvl__copier *c, size_t n)
+{
+	unsigned i = c->next++ % KVL_COPIER_LISTS;
+	if (n == 0)
+		return 0;
+	unsigned blocks = n < 1024 ? (unsigned)n : 1024u;
+	kvl_gather<<<blocks, KVL_COPY_THREADS, 0, c->stream>>>(c->lists[i], n);
+	c->list_used[i] = 1;
+	return ok(cudaGetLastError()) &&
+	               ok(cudaEventRecord(c->list_done[i], c->stream))
+	       ? 0
+	       : -1;
+}
+
+extern "C" int kvl__copier_record(kvl__copier *c, uint32_t ev)
+{
+	return ok(cudaEventRecord(c->events[ev], c->stream)) ? 0 : -1;
+}
+
+extern "C" int kvl__copier_sync(kvl__copier *c, uint32_t ev)
+{
+	return ok(cudaEventSynchronize(c->events[ev])) ? 0 : -1;
+}
+
+extern "C" int kvl__copier_stream_wait(kvl__copier *c, uint32_t ev,
+                                       void *stream)
+{
+	return ok(cudaStreamWaitEvent((cudaStream_t)stream, c->events[ev], 0))
+	               ? 0
+	               : -1;
+}
+
+extern "C" int kvl__copier_after(kvl__copier *c, void *event)
+{
+	return ok(cudaStreamWaitEvent(c->stream, (cudaEvent_t)event, 0)) ? 0
+	                                                                  : -1;
+}

@@ -1,0 +1,43 @@
+/*
+ * hostmem.h — where the embedded store's payloads live (internal).
+ *
+ * Plain mode hands out 64-byte aligned heap blocks (huge pages from 2 MiB)
+ * and keeps up to `keep` bytes of freed blocks for reuse by exact length: a
+ * full store evicts one object per put, and a pool's pages all have one
+ * size, so reuse spares the kernel a page fault per 4 KiB of every new
+ * object. Pinned mode (builds with CUDA, a device present) carves blocks out of
+ * pinned, mapped chunks, so GPU copies read and write store objects in place
+ * — DMA straight between store memory and GPU slots — and keeps freed
+ * blocks on exact-size free lists: pinning memory is slow, reusing it is
+ * not. Thread-safe (one mutex, a leaf lock).
+ */
+#ifndef KVL_HOSTMEM_H
+#define KVL_HOSTMEM_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KVL__HOSTMEM_SIZES 16
+
+typedef struct kvl__hostmem {
+	pthread_mutex_t mu;
+	int pinned;
+	size_t keep, kept;  /* plain mode: bytes kept for reuse, at most/now */
+	struct kvl__hostmem_chunk *chunks;
+	char *bump;
+	size_t left;
+	struct {
+		size_t len;
+		void *head;
+	} free[KVL__HOSTMEM_SIZES];
+} kvl__hostmem;
+
+/* pinned: 1 to ask for pinned memory; it is granted only with CUDA and a
+ * usable device (h->pinned says which). keep: plain mode's reuse bound. */
+void kvl__hostmem_init(kvl__hostmem *h, int pinned, size_t keep);
+void kvl__hostmem_destroy(kvl__hostmem *h);
+void *kvl__hostmem_alloc(kvl__hostmem *h, size_t len);
+void kvl__hostmem_free(kvl__hostmem *h, void *p, size_t len);
+
+#endif

@@ -1,0 +1,436 @@
+/*
+ * linker_cuda.c — the linker's GPU path (CUDA builds only).
+ *
+ * Loads: for each layer, the loader pins the objects of every GPU-pool item
+ * in the store (zero-copy views of pinned, mapped store memory), checks
+ * them, and issues one gather kernel per io_batch items that copies the
+ * layer's bytes straight from store memory into the GPU slots; then it
+ * records the layer's event. The views stay pinned until the layer's copies
+ * finish (kvl__lk_gpu_finish_layer, called after the next layer is issued),
+ * so an object can be evicted meanwhile but its memory is not reused under
+ * the copy. Engines wait for a layer on the CPU (kvl_linker_wait) or on a
+ * stream (kvl_linker_wait_stream: cudaStreamWaitEvent on the layer's event).
+ *
+ * Offloads: the offloader waits on the engine's event on its own stream,
+ * gathers the pages' layers from the GPU slots into a pinned staging area
+ * laid out as objects, sums each layer on the CPU, writes the headers and
+ * puts the objects.
+ *
+ * Threads: `load` and the view sets belong to the loader thread; `off` and
+ * the staging area to the offloader. Engine threads only enqueue waits on
+ * the load copier's events, which CUDA allows from any thread.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cuda.h"
+#include "linker.h"
+#include "pages.h"
+#include "store.h"
+
+#define GPU_STAGING (256ull << 20)
+
+typedef struct gpu_set {
+	kvl__view *views; /* pinned views of one layer, released at finish */
+	size_t n, cap;
+} gpu_set;
+
+typedef struct lk_gpu {
+	int device;
+	kvl__copier *load, *off;
+	size_t max_chunks;
+	gpu_set sets[2]; /* layer l uses sets[l % 2] */
+	/* Loader's gathered items of one flush. */
+	const char **keyp;
+	lk_item **items;
+	lk_req **reqs;
+	int *res;
+	/* Offloader's: staging area laid out as objects, and a put list. */
+	uint8_t *staging;
+	size_t staging_len;
+	const char **off_keyp;
+	lk_item **off_items;
+	int *off_res;
+	size_t *off_counts;
+	kvl_iov *off_iov;
+} lk_gpu;
+
+static const kvl__pool *gpu_pool(const kvl_linker *lk, uint32_t pool)
+{
+	return &lk->layout->pools[pool];
+}
+
+int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
+{
+	const kvl_layout *l = lk->layout;
+	int device = -1;
+	size_t max_obj = 0;
+	for (size_t i = 0; i < l->n_pools; i++) {
+		const kvl__pool *p = &l->pools[i];
+		if (!p->on_cuda)
+			continue;
+		for (size_t k = 0; k < p->n_bufs; k++) {
+			const kvl_buffer *b = &p->bufs[k].b;
+			if (b->mem != KVL_MEM_CUDA)
+				return kvl__fail_buf(errbuf, errlen, KVL_ENOTSUP,
+				                     "pool '%s' mixes host and "
+				                     "CUDA buffers",
+				                     p->name);
+			if (device >= 0 && b->device != device)
+				return kvl__fail_buf(errbuf, errlen, KVL_ENOTSUP,
+				                     "GPU pools span devices %d "
+				                     "and %d; one linker serves "
+				                     "one device",
+				                     device, b->device);
+			device = b->device;
+		}
+		if (p->object_size > max_obj)
+			max_obj = p->object_size;
+	}
+	if (!kvl__cuda_usable())
+		return kvl__fail_buf(errbuf, errlen, KVL_ENOTSUP,
+		                     "a pool lives on CUDA device %d but no "
+		                     "CUDA device is usable here",
+		                     device);
+	if (!lk->store->ops->peek)
+		return kvl__fail_buf(errbuf, errlen, KVL_ENOTSUP,
+		                     "GPU pools need a store that reads in place "
+		                     "(the embedded mem: store); '%s' cannot",
+		                     lk->store->ops->scheme);
+	lk_gpu *g = calloc(1, sizeof *g);
+	if (!g)
+		return kvl__fail_buf(errbuf, errlen, KVL_ENOMEM,
+		                     "out of memory");
+	lk->gpu = g;
+	g->device = device;
+	size_t n = lk->opts.io_batch;
+	g->max_chunks = n * (lk->max_comps ? lk->max_comps : 1);
+	g->keyp = calloc(n, sizeof *g->keyp);
+	g->items = calloc(n, sizeof *g->items);
+	g->reqs = calloc(n, sizeof *g->reqs);
+	g->res = calloc(n, sizeof *g->res);
+	g->off_keyp = calloc(n, sizeof *g->off_keyp);
+	g->off_items = calloc(n, sizeof *g->off_items);
+	g->off_res = calloc(n, sizeof *g->off_res);
+	g->off_counts = calloc(n, sizeof *g->off_counts);
+	g->off_iov = calloc(n, sizeof *g->off_iov);
+	g->staging_len = max_obj > GPU_STAGING ? max_obj : GPU_STAGING;
+	g->staging = kvl__cuda_host_alloc(g->staging_len);
+	const char *why = "out of memory";
+	if (!g->keyp || !g->items || !g->reqs || !g->res || !g->staging ||
+	    !g->off_keyp || !g->off_items || !g->off_res || !g->off_counts ||
+	    !g->off_iov ||
+	    kvl__copier_create(device, lk->n_layers, g->max_chunks, &g->load,
+	                       &why) ||
+	    kvl__copier_create(device, 1, g->max_chunks, &g->off, &why))
+		return kvl__fail_buf(errbuf, errlen, KVL_EIO,
+		                     "cannot set up GPU copies on device %d: %s",
+		                     device, why);
+	return 0;
+}
+
+void kvl__lk_gpu_close(kvl_linker *lk)
+{
+	lk_gpu *g = lk->gpu;
+	if (!g)
+		return;
+	kvl__copier_destroy(g->load);
+	kvl__copier_destroy(g->off);
+	for (int i = 0; i < 2; i++) {
+		if (g->sets[i].n && lk->store->ops->release)
+			lk->store->ops->release(lk->store, lk->store->impl,
+			                        g->sets[i].views, g->sets[i].n);
+		free(g->sets[i].views);
+	}
+	kvl__cuda_host_free(g->staging);
+	free(g->keyp);
+	free(g->items);
+	free(g->reqs);
+	free(g->res);
+	free(g->off_keyp);
+	free(g->off_items);
+	free(g->off_res);
+	free(g->off_counts);
+	free(g->off_iov);
+	free(g);
+	lk->gpu = NULL;
+}
+
+static int set_reserve(gpu_set *s, size_t more)
+{
+	if (s->n + more <= s->cap)
+		return 0;
+	size_t cap = s->cap ? s->cap : 1024;
+	while (cap < s->n + more)
+		cap *= 2;
+	kvl__view *v = realloc(s->views, cap * sizeof *v);
+	if (!v)
+		return KVL_ENOMEM;
+	s->views = v;
+	s->cap = cap;
+	return 0;
+}
+
+/* Checks one item's view for layer ly; 0 or the reason it is not valid. */
+static int view_check(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
+                      const lk_req *r, const lk_item *it, int found,
+                      const kvl__view *v)
+{
+	if (found < 0)
+		return found;
+	if (!found)
+		return KVL_ENOTFOUND;
+	if (v->len != p->object_size)
+		return KVL_ECORRUPT;
+	if (!v->pinned)
+		return kvl__fail(&lk->err, KVL_ENOTSUP,
+		                 "load: store memory is not pinned: GPU loads "
+		                 "need mem:?pinned=1");
+	if (ly == &p->layers[0]) {
+		kvl__obj_id id = kvl__page_id(p, &r->pages[it->page]);
+		if (kvl__obj_header_check(v->data, p->header_size, &id, NULL))
+			return KVL_ECORRUPT;
+	}
+	if (!lk->store->trusted &&
+	    kvl__object_layer_sum(p, ly, v->data) !=
+	            kvl__obj_layer_sum(v->data, (uint32_t)(ly - p->layers)))
+		return KVL_ECORRUPT;
+	return 0;
+}
+
+/* Pins, checks and copies m gathered items of layer `layer`. */
+static int gpu_flush(kvl_linker *lk, gpu_set *s, size_t m, uint32_t layer)
+{
+	lk_gpu *g = lk->gpu;
+	if (m == 0)
+		return 0;
+	int err = 0;
+	if (set_reserve(s, m))
+		err = KVL_ENOMEM;
+	int rc = err ? err
+	             : lk->store->ops->peek(lk->store, lk->store->impl, g->keyp,
+	                                    m, s->views + s->n, g->res);
+	kvl__chunk *ch = kvl__copier_chunks(g->load);
+	size_t n_ch = 0;
+	for (size_t k = 0; k < m; k++) {
+		lk_item *it = g->items[k];
+		lk_req *r = g->reqs[k];
+		const kvl__pool *p = gpu_pool(lk, it->pool);
+		const kvl__layer *ly = kvl__pool_layer(p, layer);
+		kvl__view *v = rc ? NULL : &s->views[s->n + k];
+		int bad = rc ? rc : view_check(lk, p, ly, r, it, g->res[k], v);
+		if (bad) {
+			kvl__lk_req_fail(r, it->page, bad);
+			if (!err)
+				err = bad;
+			continue;
+		}
+		uint64_t off = ly->offset;
+		for (uint32_t c = 0; c < p->n_comps; c++) {
+			const kvl_buffer *b = &ly->bufs[c]->b;
+			ch[n_ch++] = (kvl__chunk){
+				.src = v->data + off,
+				.dst = (char *)b->base + it->slot * b->page_stride,
+				.len = b->page_bytes};
+			off += b->page_bytes;
+		}
+		KVL__COUNT(&lk->stats, loaded_bytes, ly->len);
+	}
+	if (!rc)
+		s->n += m; /* pinned views, released by finish */
+	if (kvl__copier_launch(g->load, n_ch) && !err)
+		err = kvl__fail(&lk->err, KVL_EIO, "load: GPU copy failed: %s",
+		                kvl__cuda_last_error());
+	return err;
+}
+
+int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
+{
+	lk_gpu *g = lk->gpu;
+	gpu_set *s = &g->sets[layer % 2];
+	size_t m = 0;
+	int err = 0, e;
+	for (lk_req *r = b->reqs; r; r = r->qnext) {
+		for (size_t i = 0; i < r->n_items; i++) {
+			lk_item *it = &r->items[i];
+			const kvl__pool *p = gpu_pool(lk, it->pool);
+			if (!p->on_cuda || it->page >= r->first_bad ||
+			    !kvl__pool_layer(p, layer))
+				continue;
+			g->keyp[m] = it->key;
+			g->items[m] = it;
+			g->reqs[m] = r;
+			if (++m == lk->opts.io_batch) {
+				if ((e = gpu_flush(lk, s, m, layer)) && !err)
+					err = e;
+				m = 0;
+			}
+		}
+	}
+	if ((e = gpu_flush(lk, s, m, layer)) && !err)
+		err = e;
+	if (kvl__copier_record(g->load, layer) && !err)
+		err = kvl__fail(&lk->err, KVL_EIO, "load: CUDA event: %s",
+		                kvl__cuda_last_error());
+	return err;
+}
+
+int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer)
+{
+	lk_gpu *g = lk->gpu;
+	gpu_set *s = &g->sets[layer % 2];
+	int err = 0;
+	if (kvl__copier_sync(g->load, layer))
+		err = kvl__fail(&lk->err, KVL_EIO, "load: GPU copy failed: %s",
+		                kvl__cuda_last_error());
+	if (s->n)
+		lk->store->ops->release(lk->store, lk->store->impl, s->views,
+		                        s->n);
+	s->n = 0;
+	return err;
+}
+
+int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch, uint32_t layer,
+                           void *stream, uint32_t timeout_ms)
+{
+	if (!lk)
+		return KVL_EINVAL;
+	if (!lk->gpu) /* no GPU pool: the data is there once the layer is */
+		return kvl_linker_wait(lk, batch, layer, timeout_ms);
+	if (layer >= lk->n_layers)
+		return kvl__fail(&lk->err, KVL_ERANGE,
+		                 "wait_stream: layer %u >= %u layers", layer,
+		                 lk->n_layers);
+	uint64_t t_end = kvl__now_ns() + (uint64_t)timeout_ms * 1000000u;
+	pthread_mutex_lock(&lk->mu);
+	lk_batch *b = &lk->batches[batch % KVL_LINKER_MAX_BATCHES];
+	int rc = 0;
+	for (;;) {
+		if (b->id != batch || batch >= lk->next_batch) {
+			rc = kvl__fail(&lk->err, KVL_ENOTFOUND,
+			               "wait_stream: batch %llu is unknown or "
+			               "too old",
+			               (unsigned long long)batch);
+			break;
+		}
+		if (b->enqueued > layer || b->done > layer)
+			break;
+		uint64_t now = kvl__now_ns();
+		if (timeout_ms != UINT32_MAX && now >= t_end) {
+			rc = kvl__fail(&lk->err, KVL_ETIMEDOUT,
+			               "wait_stream: batch %llu layer %u not "
+			               "issued after %u ms",
+			               (unsigned long long)batch, layer,
+			               timeout_ms);
+			break;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t left = timeout_ms == UINT32_MAX ? 1000000000u
+		                                         : t_end - now;
+		ts.tv_sec += (time_t)(left / 1000000000u);
+		ts.tv_nsec += (long)(left % 1000000000u);
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&lk->cv_progress, &lk->mu, &ts);
+	}
+	int failed = rc == 0 && b->first_err && b->fail_layer <= layer
+	                     ? b->first_err
+	                     : 0;
+	/* The event is the layer's in this batch or a later one; either way
+	 * it completes only after this batch's copies of the layer. */
+	if (rc == 0 && kvl__copier_stream_wait(lk->gpu->load, layer, stream))
+		rc = kvl__fail(&lk->err, KVL_EIO,
+		               "wait_stream: cudaStreamWaitEvent: %s",
+		               kvl__cuda_last_error());
+	pthread_mutex_unlock(&lk->mu);
+	return rc ? rc : failed;
+}
+
+/* Copies n offload items (absent from the store) of GPU pools. */
+void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
+                         size_t n, void *event)
+{
+	lk_gpu *g = lk->gpu;
+	if (event && kvl__copier_after(g->off, event)) {
+		for (size_t i = 0; i < n; i++)
+			kvl__lk_req_fail(r, items[i]->page, KVL_EIO);
+		kvl__fail(&lk->err, KVL_EIO, "offload: waiting for the event: %s",
+		          kvl__cuda_last_error());
+		return;
+	}
+	size_t i = 0;
+	while (i < n) {
+		/* As many items as fit in staging and one chunk list. */
+		size_t used = 0, n_ch = 0, j = i;
+		kvl__chunk *ch = kvl__copier_chunks(g->off);
+		while (j < n) {
+			const kvl__pool *p = gpu_pool(lk, items[j]->pool);
+			if (used + p->object_size > g->staging_len ||
+			    n_ch + p->max_pieces > g->max_chunks ||
+			    j - i == lk->opts.io_batch)
+				break;
+			uint8_t *obj = g->staging + used;
+			for (uint32_t k = 0; k < p->max_pieces; k++) {
+				const kvl_buffer *b = &p->ordered[k]->b;
+				ch[n_ch++] = (kvl__chunk){
+					.src = (char *)b->base +
+					       items[j]->slot * b->page_stride,
+					.dst = obj + p->header_size,
+					.len = b->page_bytes};
+				obj += b->page_bytes;
+			}
+			used += (p->object_size + 63) & ~(size_t)63;
+			j++;
+		}
+		int err = kvl__copier_launch(g->off, n_ch) ||
+		                  kvl__copier_record(g->off, 0) ||
+		                  kvl__copier_sync(g->off, 0)
+		          ? KVL_EIO
+		          : 0;
+		if (err)
+			kvl__fail(&lk->err, err, "offload: GPU copy failed: %s",
+			          kvl__cuda_last_error());
+		size_t off = 0, w = 0;
+		for (size_t k = i; k < j; k++) {
+			const kvl__pool *p = gpu_pool(lk, items[k]->pool);
+			uint8_t *obj = g->staging + off;
+			off += (p->object_size + 63) & ~(size_t)63;
+			if (err) {
+				kvl__lk_req_fail(r, items[k]->page, err);
+				continue;
+			}
+			uint64_t sums[p->n_layers];
+			for (uint32_t li = 0; li < p->n_layers; li++)
+				sums[li] = kvl__object_layer_sum(
+					p, &p->layers[li], obj);
+			kvl__obj_id id = kvl__page_id(p, &r->pages[items[k]->page]);
+			kvl__obj_header_write(obj, &id, sums);
+			g->off_iov[w] = (kvl_iov){.addr = obj,
+			                          .len = p->object_size};
+			g->off_counts[w] = 1;
+			g->off_keyp[w] = items[k]->key;
+			g->off_items[w++] = items[k];
+		}
+		int rc = w ? kvl_store_put(lk->store, g->off_keyp, w, g->off_iov,
+		                           g->off_counts, g->off_res)
+		           : 0;
+		for (size_t k = 0; k < w; k++) {
+			int res = rc ? rc : g->off_res[k];
+			const kvl__pool *p = gpu_pool(lk, g->off_items[k]->pool);
+			if (res < 0) {
+				kvl__lk_req_fail(r, g->off_items[k]->page, res);
+			} else if (res == KVL_PUT_PRESENT) {
+				KVL__COUNT(&lk->stats, present_pages, 1);
+			} else {
+				KVL__COUNT(&lk->stats, offloaded_pages, 1);
+				KVL__COUNT(&lk->stats, offloaded_bytes,
+				           p->object_size);
+			}
+		}
+		i = j;
+	}
+}

@@ -1,0 +1,234 @@
+/*
+ * test_gpu.c — the linker with pools in GPU memory: offload after an engine
+ * event, lookup, layer-wise load with CPU and stream-ordered waits, bytes
+ * checked on the host; a page evicted between lookup and load; stores that
+ * cannot serve GPU pools. Skips (exit 77) in builds without CUDA or on
+ * machines without a usable GPU.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvl_config.h"
+#include "kvlink.h"
+
+#if !KVL_HAVE_CUDA
+int main(void)
+{
+	printf("SKIP test_gpu: this kvlink was built without CUDA\n");
+	return 77;
+}
+#else
+#include <cuda_runtime.h>
+
+#define LAYERS 4
+#define PAGES 16
+#define PAGE_BYTES 4096
+#define SLOTS 64
+
+static int failures;
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+			printf(__VA_ARGS__);                               \
+			printf("\n");                                      \
+			failures++;                                        \
+		}                                                          \
+	} while (0)
+#define CHECK_RC(rc, want, lk)                                              \
+	CHECK((rc) == (want), "got %s, want %s (%s)", kvl_err_name(rc),     \
+	      kvl_err_name(want), kvl_linker_errmsg(lk))
+
+/* Pool [layer][k|v][slot][PAGE_BYTES] on the GPU. */
+static uint8_t *dev_pool;
+
+static kvl_layout *make_layout(void)
+{
+	kvl_layout *l;
+	int pool;
+	kvl_layout_create("gpu-test", 16, NULL, &l, NULL, 0);
+	kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &pool);
+	for (uint32_t layer = 0; layer < LAYERS; layer++)
+		for (int c = 0; c < 2; c++) {
+			kvl_buffer b = {
+				.base = dev_pool + ((size_t)layer * 2 + c) *
+				                           SLOTS * PAGE_BYTES,
+				.page_stride = PAGE_BYTES,
+				.page_bytes = PAGE_BYTES,
+				.num_pages = SLOTS,
+				.mem = KVL_MEM_CUDA,
+				.device = 0};
+			kvl_layout_add_buffer(l, pool, c ? "v" : "k", layer, &b);
+		}
+	int rc = kvl_layout_finalize(l);
+	CHECK(rc == 0, "finalize: %s", kvl_layout_errmsg(l));
+	return l;
+}
+
+static uint8_t pattern(size_t page, size_t layer, int c, size_t i)
+{
+	return (uint8_t)(page * 131 + layer * 31 + (size_t)c * 7 + i * 13);
+}
+
+/* Host image of the pool, for filling and checking slots. */
+static uint8_t *host;
+static const size_t pool_bytes = (size_t)LAYERS * 2 * SLOTS * PAGE_BYTES;
+
+static uint8_t *at(uint8_t *base, size_t layer, int c, size_t slot)
+{
+	return base + (((size_t)layer * 2 + c) * SLOTS + slot) * PAGE_BYTES;
+}
+
+static void fill_slot(size_t page, size_t slot)
+{
+	for (size_t layer = 0; layer < LAYERS; layer++)
+		for (int c = 0; c < 2; c++)
+			for (size_t i = 0; i < PAGE_BYTES; i++)
+				at(host, layer, c, slot)[i] =
+					pattern(page, layer, c, i);
+}
+
+static int slot_ok(size_t page, size_t slot, size_t layers)
+{
+	for (size_t layer = 0; layer < layers; layer++)
+		for (int c = 0; c < 2; c++)
+			for (size_t i = 0; i < PAGE_BYTES; i++)
+				if (at(host, layer, c, slot)[i] !=
+				    pattern(page, layer, c, i))
+					return 0;
+	return 1;
+}
+
+static void collect(kvl_linker *lk, uint64_t id, kvl_completion *out)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		size_t n;
+		kvl_linker_poll(lk, out, 1, &n, 100);
+		if (n && out->id == id)
+			return;
+	}
+	CHECK(0, "request %llu never completed", (unsigned long long)id);
+	memset(out, 0, sizeof *out);
+	out->status = KVL_ETIMEDOUT;
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int n_dev = 0;
+	if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+		printf("SKIP test_gpu: no usable CUDA device\n");
+		return 77;
+	}
+	if (cudaMalloc((void **)&dev_pool, pool_bytes) != cudaSuccess) {
+		printf("FAIL: cudaMalloc\n");
+		return 1;
+	}
+	host = calloc(1, pool_bytes);
+	kvl_layout *l = make_layout();
+	kvl_store *st;
+	char err[256];
+	int rc = kvl_store_open("mem:?capacity=256MiB", &st, err, sizeof err);
+	CHECK(rc == 0, "store: %s", err);
+	kvl_linker *lk = NULL;
+	rc = kvl_linker_open(l, st, NULL, &lk, err, sizeof err);
+	CHECK(rc == 0, "linker: %s", err);
+	if (!lk)
+		return 1;
+
+	/* Offload pages 0..PAGES-1 from slots 0.. after an engine event. */
+	kvl_hash pages[PAGES];
+	size_t src[PAGES], dst[PAGES];
+	for (size_t i = 0; i < PAGES; i++) {
+		memset(&pages[i], 0, sizeof pages[i]);
+		pages[i].bytes[0] = (uint8_t)i;
+		pages[i].bytes[1] = 0x5a;
+		src[i] = i;
+		dst[i] = SLOTS - 1 - i;
+		fill_slot(i, src[i]);
+	}
+	cudaStream_t s;
+	cudaEvent_t ev;
+	cudaStreamCreate(&s);
+	cudaEventCreate(&ev);
+	cudaMemcpyAsync(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice, s);
+	cudaEventRecord(ev, s);
+	const size_t *sl[1] = {src};
+	rc = kvl_linker_offload_after(lk, 1, pages, PAGES, NULL, sl, ev);
+	CHECK_RC(rc, 0, lk);
+	kvl_completion c;
+	collect(lk, 1, &c);
+	CHECK(c.status == 0 && c.valid_pages == PAGES,
+	      "offload: status %s, %zu valid", kvl_err_name(c.status),
+	      c.valid_pages);
+
+	size_t hit = 0;
+	rc = kvl_linker_lookup(lk, pages, PAGES, NULL, NULL, &hit);
+	CHECK(rc == 0 && hit == PAGES, "lookup: %s, hit %zu", kvl_err_name(rc),
+	      hit);
+
+	/* Load into other slots; layer 0 through a stream wait, the rest on
+	 * the CPU. */
+	cudaMemset(dev_pool, 0, pool_bytes);
+	cudaDeviceSynchronize();
+	const size_t *dl[1] = {dst};
+	rc = kvl_linker_load(lk, 2, pages, PAGES, NULL, dl);
+	CHECK_RC(rc, 0, lk);
+	uint64_t batch;
+	rc = kvl_linker_start(lk, &batch);
+	CHECK_RC(rc, 0, lk);
+	rc = kvl_linker_wait_stream(lk, batch, 0, s, 10000);
+	CHECK_RC(rc, 0, lk);
+	cudaMemcpyAsync(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost, s);
+	cudaStreamSynchronize(s);
+	for (size_t i = 0; i < PAGES; i++)
+		CHECK(slot_ok(i, dst[i], 1), "layer 0 of page %zu after the "
+		      "stream wait", i);
+	for (uint32_t layer = 0; layer < LAYERS; layer++) {
+		rc = kvl_linker_wait(lk, batch, layer, 10000);
+		CHECK_RC(rc, 0, lk);
+	}
+	collect(lk, 2, &c);
+	CHECK(c.status == 0 && c.valid_pages == PAGES, "load: %s, %zu valid",
+	      kvl_err_name(c.status), c.valid_pages);
+	cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
+	for (size_t i = 0; i < PAGES; i++)
+		CHECK(slot_ok(i, dst[i], LAYERS), "page %zu in slot %zu", i,
+		      dst[i]);
+
+	/* Page 5 evicted after the lookup: pages 0..4 stay valid. */
+	char key[KVL_KEY_MAX];
+	kvl_layout_key(l, 0, &pages[5], key, sizeof key);
+	const char *kp = key;
+	int res;
+	kvl_store_remove(st, &kp, 1, &res);
+	rc = kvl_linker_load(lk, 3, pages, PAGES, NULL, dl);
+	CHECK_RC(rc, 0, lk);
+	kvl_linker_start(lk, &batch);
+	rc = kvl_linker_wait(lk, batch, LAYERS - 1, 10000);
+	CHECK_RC(rc, KVL_ENOTFOUND, lk);
+	collect(lk, 3, &c);
+	CHECK(c.status == KVL_ENOTFOUND && c.valid_pages == 5,
+	      "evicted: %s, %zu valid", kvl_err_name(c.status), c.valid_pages);
+
+	/* A store that cannot read in place cannot serve GPU pools. */
+	kvl_store *fst;
+	kvl_store_open("fault+mem:", &fst, err, sizeof err);
+	kvl_linker *flk = NULL;
+	rc = kvl_linker_open(l, fst, NULL, &flk, err, sizeof err);
+	CHECK(rc == KVL_ENOTSUP && strstr(err, "in place"),
+	      "fault store: %s (%s)", kvl_err_name(rc), err);
+	kvl_linker_close(flk);
+	kvl_store_close(fst);
+
+	kvl_linker_close(lk);
+	kvl_store_close(st);
+	kvl_layout_free(l);
+	cudaFree(dev_pool);
+	free(host);
+	printf("%s test_gpu: %d failures\n", failures ? "FAIL" : "PASS",
+	       failures);
+	return failures ? 1 : 0;
+}
+#endif
