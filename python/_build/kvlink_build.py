@@ -1,0 +1,219 @@
+"""kvlink_build — the in-tree PEP 517 build backend of the kvlink bindings.
+
+Why not setuptools: ``pip install ./python`` builds in an isolated
+environment and would download setuptools there, which fails offline. The
+package is pure Python (ctypes), so building it needs nothing but the
+standard library: this backend writes the wheel (a zip with the package and
+its ``.dist-info``) and the sdist (a tar.gz) itself, and declares no build
+requirements.
+
+Bundling the C library: set ``KVLINK_BUNDLE_LIBRARY=/path/to/libkvlink.so``
+(or ``pip install --config-settings library=/path/…``) and the wheel carries
+it as ``kvlink/libkvlink.so``, where the package looks first after
+``$KVLINK_LIBRARY``; the wheel is then tagged for this platform. Without it
+the wheel is ``py3-none-any`` and the library is found at run time
+(``$KVLINK_LIBRARY``, ``ldconfig``, or a source checkout's build/).
+
+Hooks: build_wheel, build_sdist, build_editable (a ``.pth`` pointing at this
+directory), and the prepare_metadata / get_requires variants.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import re
+import sysconfig
+import tarfile
+import time
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = "kvlink"
+
+
+def _project():
+    """name, version, description, requires-python from pyproject.toml."""
+    path = os.path.join(ROOT, "pyproject.toml")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        import tomllib  # Python 3.11+
+        proj = tomllib.loads(raw.decode())["project"]
+    except ImportError:  # a minimal reader for the [project] strings used
+        text = raw.decode()
+        body = text.split("[project]", 1)[1].split("\n[", 1)[0]
+        proj = dict(re.findall(r'^([\w-]+)\s*=\s*"([^"]*)"', body, re.M))
+    return proj
+
+
+def _metadata():
+    p = _project()
+    lines = [
+        "Metadata-Version: 2.1",
+        f"Name: {p['name']}",
+        f"Version: {p['version']}",
+        f"Summary: {p.get('description', '')}",
+    ]
+    if p.get("requires-python"):
+        lines.append(f"Requires-Python: {p['requires-python']}")
+    extras = p.get("optional-dependencies", {})
+    for extra, reqs in sorted(extras.items()) if isinstance(extras, dict) \
+            else []:
+        lines.append(f"Provides-Extra: {extra}")
+        for r in reqs:
+            lines.append(f'Requires-Dist: {r}; extra == "{extra}"')
+    return p, "\n".join(lines) + "\n"
+
+
+def _dist_info(p):
+    return f"{p['name'].replace('-', '_')}-{p['version']}.dist-info"
+
+
+def _bundled_library(config_settings):
+    lib = (config_settings or {}).get("library") or \
+        os.environ.get("KVLINK_BUNDLE_LIBRARY")
+    if not lib:
+        return None
+    lib = os.path.realpath(lib)
+    if not os.path.isfile(lib):
+        raise FileNotFoundError(f"kvlink_build: library to bundle not found: "
+                                f"{lib}")
+    return lib
+
+
+def _platform_tag():
+    return re.sub(r"[^\w]", "_", sysconfig.get_platform())
+
+
+def _package_files():
+    """(archive name, path) of every file of the package, sorted."""
+    out = []
+    pkg = os.path.join(ROOT, PACKAGE)
+    for dirpath, dirnames, filenames in os.walk(pkg):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for fn in sorted(filenames):
+            if fn.endswith((".pyc", ".pyo")) or fn.startswith("libkvlink.so"):
+                continue
+            full = os.path.join(dirpath, fn)
+            out.append((os.path.relpath(full, ROOT).replace(os.sep, "/"),
+                        full))
+    return out
+
+
+class _Wheel:
+    def __init__(self, path):
+        self.zip = zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED)
+        self.record = []
+
+    def add(self, name, data, mode=0o644):
+        info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+        info.external_attr = (0o100000 | mode) << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+        self.zip.writestr(info, data)
+        digest = base64.urlsafe_b64encode(
+            hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        self.record.append(f"{name},sha256={digest},{len(data)}")
+
+    def close(self, dist_info):
+        name = f"{dist_info}/RECORD"
+        self.record.append(f"{name},,")
+        info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+        info.external_attr = 0o100644 << 16
+        self.zip.writestr(info, "\n".join(self.record) + "\n")
+        self.zip.close()
+
+
+def _write_dist_info(whl, p, metadata, tag):
+    di = _dist_info(p)
+    whl.add(f"{di}/METADATA", metadata.encode())
+    whl.add(f"{di}/WHEEL", (
+        "Wheel-Version: 1.0\n"
+        "Generator: kvlink_build\n"
+        f"Root-Is-Purelib: {'true' if tag.endswith('any') else 'false'}\n"
+        f"Tag: {tag}\n").encode())
+    whl.add(f"{di}/top_level.txt", f"{PACKAGE}\n".encode())
+    return di
+
+
+def _build(wheel_directory, config_settings, editable):
+    p, metadata = _metadata()
+    lib = None if editable else _bundled_library(config_settings)
+    tag = f"py3-none-{_platform_tag()}" if lib else "py3-none-any"
+    name = f"{p['name'].replace('-', '_')}-{p['version']}-{tag}.whl"
+    whl = _Wheel(os.path.join(wheel_directory, name))
+    if editable:
+        whl.add(f"__editable__.{PACKAGE}.pth", (ROOT + "\n").encode())
+    else:
+        for arcname, full in _package_files():
+            with open(full, "rb") as f:
+                whl.add(arcname, f.read())
+        if lib:
+            with open(lib, "rb") as f:
+                whl.add(f"{PACKAGE}/libkvlink.so", f.read(), 0o755)
+    di = _write_dist_info(whl, p, metadata, tag)
+    whl.close(di)
+    return name
+
+
+# ------------------------------------------------------------- PEP 517 hooks
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def get_requires_for_build_sdist(config_settings=None):
+    return []
+
+
+def get_requires_for_build_editable(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    p, metadata = _metadata()
+    di = os.path.join(metadata_directory, _dist_info(p))
+    os.makedirs(di, exist_ok=True)
+    with open(os.path.join(di, "METADATA"), "w") as f:
+        f.write(metadata)
+    return os.path.basename(di)
+
+
+prepare_metadata_for_build_editable = prepare_metadata_for_build_wheel
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    return _build(wheel_directory, config_settings, editable=False)
+
+
+def build_editable(wheel_directory, config_settings=None,
+                   metadata_directory=None):
+    return _build(wheel_directory, config_settings, editable=True)
+
+
+def build_sdist(sdist_directory, config_settings=None):
+    p, metadata = _metadata()
+    base = f"{p['name'].replace('-', '_')}-{p['version']}"
+    name = f"{base}.tar.gz"
+    files = [("pyproject.toml", os.path.join(ROOT, "pyproject.toml")),
+             ("_build/kvlink_build.py", os.path.abspath(__file__))]
+    files += _package_files()
+    tests = os.path.join(ROOT, "tests")
+    for fn in sorted(os.listdir(tests)) if os.path.isdir(tests) else []:
+        if fn.endswith((".py", ".sh")):
+            files.append((f"tests/{fn}", os.path.join(tests, fn)))
+    with tarfile.open(os.path.join(sdist_directory, name), "w:gz",
+                      format=tarfile.PAX_FORMAT) as tar:
+        def add(arcname, data, mode=0o644):
+            info = tarfile.TarInfo(f"{base}/{arcname}")
+            info.size = len(data)
+            info.mode = mode
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        add("PKG-INFO", metadata.encode())
+        for arcname, full in files:
+            with open(full, "rb") as f:
+                add(arcname, f.read())
+    return name

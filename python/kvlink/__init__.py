@@ -1,0 +1,72 @@
+"""kvlink: keep an inference engine's KV-cache pages outside GPU memory.
+
+Python bindings (ctypes) over libkvlink's C API (include/kvlink.h):
+
+- :func:`hash_pages`, :func:`namespace_seed` — 32-byte chained page hashes;
+- :class:`Layout` — the engine's page pools (numpy arrays, torch tensors or
+  raw addresses), with :meth:`Layout.add_kv_cache` for a whole paged pool;
+- :class:`Store` — where objects live, opened by URI (``"mem:"``, …);
+- :class:`Linker` — lookup, layer-wise load/start/wait (CPU or CUDA stream),
+  offload, flush, poll, stats;
+- :class:`KvlinkError` and its subclasses — every failure, with kvlink's
+  message.
+
+The shared library is found through ``$KVLINK_LIBRARY``, then next to this
+package, then ``ctypes.util.find_library("kvlink")``, then the build/
+directory of the source checkout this package is in.
+"""
+
+from __future__ import annotations
+
+from . import _lib
+from .errors import (AlreadyExists, Canceled, Closed, Corrupt, Full,
+                     InvalidArgument, KvlinkError, NotFound, NotSupported,
+                     OutOfMemory, OutOfRange, ParseError, StateError,
+                     StoreIOError, Timeout, error_class)
+from .hashes import hash_from_hex, hash_hex, hash_pages, namespace_seed
+from .layout import HitPolicy, Layout, MemKind, PoolInfo, Shard
+from .linker import (NO_SLOT, Completion, Linker, RankGroup, RequestKind)
+from .store import Store
+
+__version__ = "0.1.0"
+
+#: Path of the loaded libkvlink.
+library_path: str = _lib.path
+
+HASH_BYTES = _lib.KVL_HASH_BYTES
+
+#: Error codes by name, e.g. ``ERRORS["KVL_EINVAL"] == -1``.
+ERRORS = dict(_lib.ERRNO)
+
+
+def version() -> str:
+    """The loaded library's version, "MAJOR.MINOR.PATCH"."""
+    return _lib.lib.kvl_version().decode()
+
+
+def has_feature(name: str) -> bool:
+    """True if the loaded library has optional feature ``name``: ``"cuda"``
+    (GPU copies, stream waits) or ``"redis"`` (the redis:// store)."""
+    return bool(_lib.lib.kvl_has_feature(name.encode()))
+
+
+def strerror(code: int) -> str:
+    """kvlink's English description of error ``code``."""
+    return _lib.strerror(code)
+
+
+def err_name(code: int) -> str:
+    """The symbolic name of ``code``, e.g. ``"KVL_EINVAL"``."""
+    return _lib.err_name(code)
+
+
+__all__ = [
+    "version", "has_feature", "strerror", "err_name", "library_path",
+    "hash_pages", "namespace_seed", "hash_hex", "hash_from_hex",
+    "Layout", "Shard", "MemKind", "HitPolicy", "PoolInfo",
+    "Store", "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",
+    "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
+    "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
+    "Closed", "NotSupported", "ParseError", "StateError", "error_class",
+    "ERRORS", "HASH_BYTES",
+]

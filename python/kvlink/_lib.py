@@ -1,0 +1,376 @@
+"""Loading libkvlink and declaring its C API for ctypes.
+
+Everything here mirrors include/kvlink.h one to one: the record types, the
+constants and one prototype per function. Nothing else in the package talks to
+ctypes' function table directly; it goes through ``lib`` (the loaded library
+with prototypes set) and the names below.
+
+The library is found, in this order:
+
+1. the path in the environment variable ``KVLINK_LIBRARY`` (if set, it must
+   load: an explicit choice never falls back silently);
+2. ``libkvlink.so`` next to this file (a wheel that bundles the library);
+3. ``ctypes.util.find_library("kvlink")`` (an installed library: ``make
+   install`` and ``ldconfig``);
+4. ``build/libkvlink.so`` of the kvlink source checkout this package lives in
+   (``python/kvlink`` → ``build/``), for running the examples from a checkout.
+
+If none loads, importing kvlink raises ImportError listing every place tried.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int,
+                    c_size_t, c_uint8, c_uint32, c_uint64, c_int64, c_void_p)
+
+# ------------------------------------------------------------------ constants
+
+KVL_HASH_BYTES = 32
+KVL_HASH_HEX_LEN = 64
+KVL_LAYOUT_ALIGN = 8
+KVL_NAME_MAX = 64
+KVL_KEY_MAX = 320
+KVL_ALL_LAYERS = 0xFFFFFFFF
+KVL_NO_SLOT = ctypes.c_size_t(-1).value  # SIZE_MAX
+KVL_POOL_REPLICATED_TP = 0x1
+KVL_PUT_STORED = 0
+KVL_PUT_PRESENT = 1
+KVL_LINKER_MAX_BATCHES = 64
+UINT32_MAX = 0xFFFFFFFF
+
+KVL_MEM_HOST = 0
+KVL_MEM_CUDA = 1
+KVL_HIT_ALL_PAGES = 0
+KVL_HIT_TRAILING_PAGES = 1
+KVL_REQ_LOAD = 1
+KVL_REQ_OFFLOAD = 2
+KVL_STATS_PROMETHEUS = 0
+KVL_STATS_JSON = 1
+
+# The error table of kvlink.h (KVL_ERRNO_MAP).
+KVL_EINVAL = -1
+KVL_ENOMEM = -2
+KVL_ENOTFOUND = -3
+KVL_ERANGE = -4
+KVL_EEXIST = -5
+KVL_EIO = -6
+KVL_ECORRUPT = -7
+KVL_ETIMEDOUT = -8
+KVL_ECANCELED = -9
+KVL_EFULL = -10
+KVL_ECLOSED = -11
+KVL_ENOTSUP = -12
+KVL_EPARSE = -13
+KVL_ESTATE = -14
+ERRNO = {name: value for name, value in globals().items()
+         if name.startswith("KVL_E") and isinstance(value, int)}
+
+# -------------------------------------------------------------------- records
+
+
+class kvl_hash(Structure):
+    _fields_ = [("bytes", c_uint8 * KVL_HASH_BYTES)]
+
+
+class kvl_shard(Structure):
+    _fields_ = [("tp_rank", c_uint32), ("tp_size", c_uint32),
+                ("cp_rank", c_uint32), ("cp_size", c_uint32),
+                ("pp_rank", c_uint32), ("pp_size", c_uint32)]
+
+
+class kvl_buffer(Structure):
+    _fields_ = [("base", c_void_p), ("page_stride", c_size_t),
+                ("page_bytes", c_size_t), ("num_pages", c_size_t),
+                ("mem", c_int), ("device", c_int)]
+
+
+class kvl_iov(Structure):
+    _fields_ = [("addr", c_void_p), ("len", c_size_t)]
+
+
+class kvl_range(Structure):
+    _fields_ = [("offset", c_uint64), ("addr", c_void_p), ("len", c_size_t)]
+
+
+class kvl_policy(Structure):
+    _fields_ = [("kind", c_int), ("window", c_uint32)]
+
+
+class kvl_store_stats(Structure):
+    _fields_ = [(name, c_uint64) for name in
+                ("objects", "bytes", "capacity", "hits", "misses", "puts",
+                 "evictions", "errors")]
+
+
+kvl_allreduce_fn = CFUNCTYPE(c_int, POINTER(c_uint64), c_size_t, c_void_p)
+
+
+class kvl_linker_opts(Structure):
+    _fields_ = [("struct_size", c_uint32),
+                ("allreduce", kvl_allreduce_fn),
+                ("allreduce_user", c_void_p),
+                ("max_requests", c_uint32),
+                ("max_request_pages", c_uint32),
+                ("io_batch", c_uint32)]
+
+
+class kvl_completion(Structure):
+    _fields_ = [("id", c_uint64), ("kind", c_int), ("status", c_int),
+                ("valid_pages", c_size_t), ("n_pages", c_size_t)]
+
+
+# Opaque handles: distinct pointer types so that a layout is never passed
+# where a store is expected.
+class _Opaque(Structure):
+    pass
+
+
+class kvl_layout(_Opaque):
+    pass
+
+
+class kvl_store(_Opaque):
+    pass
+
+
+class kvl_linker(_Opaque):
+    pass
+
+
+class kvl_rank_group(_Opaque):
+    pass
+
+
+LayoutP = POINTER(kvl_layout)
+StoreP = POINTER(kvl_store)
+LinkerP = POINTER(kvl_linker)
+RankGroupP = POINTER(kvl_rank_group)
+HashP = POINTER(kvl_hash)
+SizeTPP = POINTER(POINTER(c_size_t))
+c_int_p = POINTER(c_int)
+c_size_t_p = POINTER(c_size_t)
+
+# ----------------------------------------------------------------- prototypes
+
+# name: (restype, argtypes, required). Optional functions may be absent from
+# an older library; calling them then raises NotSupported.
+_PROTOTYPES = {
+    # errors, version, features
+    "kvl_strerror": (c_char_p, [c_int], True),
+    "kvl_err_name": (c_char_p, [c_int], True),
+    "kvl_version": (c_char_p, [], True),
+    "kvl_has_feature": (c_int, [c_char_p], True),
+    # hashes
+    "kvl_hash_pages": (c_int, [POINTER(c_uint64), c_size_t, c_size_t, HashP,
+                               HashP, c_size_t, c_size_t_p], True),
+    "kvl_namespace_seed": (c_int, [POINTER(c_char_p), c_size_t, HashP], True),
+    "kvl_hash_to_hex": (None, [HashP, c_char_p], True),
+    "kvl_hash_from_hex": (c_int, [c_char_p, HashP], True),
+    # layouts
+    "kvl_layout_create": (c_int, [c_char_p, c_uint32, POINTER(kvl_shard),
+                                  POINTER(LayoutP), c_char_p, c_size_t], True),
+    "kvl_layout_add_pool": (c_int, [LayoutP, c_char_p, c_int, c_uint32,
+                                    c_uint32, c_int_p], True),
+    "kvl_layout_add_buffer": (c_int, [LayoutP, c_int, c_char_p, c_uint32,
+                                      POINTER(kvl_buffer)], True),
+    "kvl_layout_finalize": (c_int, [LayoutP], True),
+    "kvl_layout_free": (None, [LayoutP], True),
+    "kvl_layout_errmsg": (c_char_p, [LayoutP], True),
+    "kvl_layout_pool_count": (c_int, [LayoutP, c_int_p], True),
+    "kvl_layout_pool_id": (c_int, [LayoutP, c_char_p, c_int_p], True),
+    "kvl_layout_pool_info": (c_int, [LayoutP, c_int, POINTER(c_char_p),
+                                     c_int_p, POINTER(c_uint32),
+                                     POINTER(c_uint32)], True),
+    "kvl_layout_page_size": (c_uint32, [LayoutP], True),
+    "kvl_layout_shard": (kvl_shard, [LayoutP], True),
+    "kvl_layout_pool_layers": (c_int, [LayoutP, c_int, POINTER(c_uint32),
+                                       c_size_t, c_size_t_p], True),
+    "kvl_layout_pool_pages": (c_int, [LayoutP, c_int, c_size_t_p], True),
+    "kvl_layout_object_size": (c_int, [LayoutP, c_int, c_size_t_p,
+                                       c_size_t_p], True),
+    "kvl_layout_layer_range": (c_int, [LayoutP, c_int, c_uint32, c_size_t_p,
+                                       c_size_t_p], True),
+    "kvl_layout_page_pieces": (c_int, [LayoutP, c_int, c_size_t, c_uint32,
+                                       POINTER(kvl_iov), c_size_t,
+                                       c_size_t_p], True),
+    "kvl_layout_fingerprint": (c_int, [LayoutP, c_int, c_char_p], True),
+    "kvl_layout_key": (c_int, [LayoutP, c_int, HashP, c_char_p, c_size_t],
+                       True),
+    # restorable sets and ranks
+    "kvl_restorable_set": (c_int, [c_size_t, c_size_t, POINTER(kvl_policy),
+                                   POINTER(POINTER(c_uint8)),
+                                   POINTER(c_uint64), c_size_t], True),
+    "kvl_bitmap_max": (c_size_t, [POINTER(c_uint64), c_size_t], True),
+    "kvl_rank_group_create": (c_int, [ctypes.c_uint, ctypes.c_uint,
+                                      POINTER(RankGroupP)], True),
+    "kvl_rank_group_allreduce": (c_int, [POINTER(c_uint64), c_size_t,
+                                         c_void_p], True),
+    "kvl_rank_group_free": (None, [RankGroupP], True),
+    # stores
+    "kvl_store_open": (c_int, [c_char_p, POINTER(StoreP), c_char_p,
+                               c_size_t], True),
+    "kvl_store_close": (None, [StoreP], True),
+    "kvl_store_errmsg": (c_char_p, [StoreP], True),
+    "kvl_store_exists": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
+                                 c_int_p], True),
+    "kvl_store_get": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
+                              POINTER(kvl_range), c_size_t_p,
+                              POINTER(c_int64)], True),
+    "kvl_store_put": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
+                              POINTER(kvl_iov), c_size_t_p, c_int_p], True),
+    "kvl_store_remove": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
+                                 c_int_p], True),
+    "kvl_store_register": (c_int, [StoreP, c_void_p, c_size_t, c_int], True),
+    "kvl_store_stats_get": (c_int, [StoreP, POINTER(kvl_store_stats)], True),
+    "kvl_store_stats_render": (c_int, [StoreP, c_int, c_char_p, c_size_t,
+                                       c_size_t_p], False),
+    # page I/O
+    "kvl_pages_exist": (c_int, [StoreP, LayoutP, c_int, HashP, c_size_t,
+                                c_int_p], True),
+    "kvl_pages_put": (c_int, [StoreP, LayoutP, c_int, HashP, c_size_t_p,
+                              c_size_t, c_int_p], True),
+    "kvl_pages_get": (c_int, [StoreP, LayoutP, c_int, HashP, c_size_t_p,
+                              c_size_t, c_uint32, c_int_p], True),
+    # linker
+    "kvl_linker_open": (c_int, [LayoutP, StoreP, POINTER(kvl_linker_opts),
+                                POINTER(LinkerP), c_char_p, c_size_t], True),
+    "kvl_linker_shutdown": (None, [LinkerP], True),
+    "kvl_linker_close": (None, [LinkerP], True),
+    "kvl_linker_errmsg": (c_char_p, [LinkerP], True),
+    "kvl_linker_lookup": (c_int, [LinkerP, HashP, c_size_t, HashP,
+                                  POINTER(POINTER(c_uint8)), c_size_t_p],
+                          True),
+    "kvl_linker_load": (c_int, [LinkerP, c_uint64, HashP, c_size_t, HashP,
+                                SizeTPP], True),
+    "kvl_linker_cancel": (c_int, [LinkerP, c_uint64, c_int_p], True),
+    "kvl_linker_start": (c_int, [LinkerP, POINTER(c_uint64)], True),
+    "kvl_linker_layers": (c_uint32, [LinkerP], True),
+    "kvl_linker_wait": (c_int, [LinkerP, c_uint64, c_uint32, c_uint32], True),
+    "kvl_linker_offload": (c_int, [LinkerP, c_uint64, HashP, c_size_t, HashP,
+                                   SizeTPP], True),
+    "kvl_linker_flush": (c_int, [LinkerP, c_uint32], True),
+    "kvl_linker_poll": (c_int, [LinkerP, POINTER(kvl_completion), c_size_t,
+                                c_size_t_p, c_uint32], True),
+    "kvl_linker_wait_stream": (c_int, [LinkerP, c_uint64, c_uint32, c_void_p,
+                                       c_uint32], False),
+    "kvl_linker_offload_after": (c_int, [LinkerP, c_uint64, HashP, c_size_t,
+                                         HashP, SizeTPP, c_void_p], False),
+    "kvl_linker_stats": (c_int, [LinkerP, c_int, c_char_p, c_size_t,
+                                 c_size_t_p], False),
+}
+
+# The library major.minor these bindings were written against.
+BOUND_VERSION = (0, 1)
+
+LIBRARY_ENV = "KVLINK_LIBRARY"
+
+
+class _Missing:
+    """Stands in for a function the loaded library lacks."""
+
+    def __init__(self, name: str, path: str):
+        self.name = name
+        self.path = path
+
+    def __call__(self, *args):
+        # Imported late: errors imports this module.
+        from .errors import NotSupported
+        raise NotSupported(KVL_ENOTSUP,
+                           f"{self.name} is not in the loaded library "
+                           f"{self.path} (an older kvlink?)")
+
+
+def _candidates():
+    """(where, path) pairs in lookup order, and the env value if set."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        return [(f"${LIBRARY_ENV}", env)], env
+    out = []
+    for name in ("libkvlink.so", "libkvlink.so.0"):
+        out.append(("next to the package", os.path.join(here, name)))
+    found = ctypes.util.find_library("kvlink")
+    out.append(('ctypes.util.find_library("kvlink")', found))
+    top = os.path.normpath(os.path.join(here, "..", ".."))
+    if os.path.isfile(os.path.join(top, "include", "kvlink.h")):
+        out.append(("the source checkout's build directory",
+                    os.path.join(top, "build", "libkvlink.so")))
+    return out, None
+
+
+def _load():
+    tried = []
+    candidates, env = _candidates()
+    for where, path in candidates:
+        if path is None:
+            tried.append(f"  {where}: nothing found")
+            continue
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"  {where}: {path}: no such file")
+            continue
+        try:
+            handle = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"  {where}: {path}: {e}")
+            continue
+        return handle, path
+    hint = (f"{LIBRARY_ENV} is set but does not load; fix or unset it"
+            if env else
+            f"build kvlink (make, or cmake --build build) and set "
+            f"{LIBRARY_ENV}=/path/to/libkvlink.so, or install it "
+            f"(make install; ldconfig)")
+    raise ImportError("kvlink: cannot load libkvlink.so; tried:\n" +
+                      "\n".join(tried) + "\n" + hint)
+
+
+def _declare(handle, path):
+    missing = []
+    for name, (restype, argtypes, required) in _PROTOTYPES.items():
+        try:
+            fn = getattr(handle, name)
+        except AttributeError:
+            if required:
+                missing.append(name)
+            else:
+                setattr(handle, name, _Missing(name, path))
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
+    if missing:
+        raise ImportError(f"kvlink: {path} lacks {', '.join(missing)}: it is "
+                          f"not a kvlink library these bindings can use")
+    version = handle.kvl_version().decode()
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        raise ImportError(f"kvlink: {path} reports version {version!r}")
+    if major != BOUND_VERSION[0] or (major == 0 and minor < BOUND_VERSION[1]):
+        raise ImportError(
+            f"kvlink: {path} is version {version}; these bindings need "
+            f"{BOUND_VERSION[0]}.{BOUND_VERSION[1]} or a later "
+            f"{BOUND_VERSION[0]}.x")
+    return version
+
+
+lib, path = _load()
+version = _declare(lib, path)
+
+
+def strerror(code: int) -> str:
+    return lib.kvl_strerror(code).decode()
+
+
+def err_name(code: int) -> str:
+    return lib.kvl_err_name(code).decode()
+
+
+def size_t_array(values):
+    """A ctypes size_t array from an iterable of ints (no mapping)."""
+    values = list(values)
+    return (c_size_t * len(values))(*values)
+
+
+__all__ = [n for n in dir() if n.startswith(("kvl_", "KVL_"))]

@@ -1,0 +1,159 @@
+"""kvlink's error codes as Python exceptions.
+
+Every failing C call becomes a :class:`KvlinkError` (or one of its subclasses)
+carrying the negative code (``.code``), its symbolic name (``.name``, e.g.
+``"KVL_EINVAL"``) and the message of the handle that failed (``.message``: which
+argument, key or backend text was wrong). Subclasses for common codes also
+derive from the matching built-in exception, so ``except TimeoutError`` or
+``except ValueError`` work as expected.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Type
+
+from . import _lib
+
+
+class KvlinkError(Exception):
+    """A kvlink call failed.
+
+    Attributes:
+        code: the negative kvl_errno code (e.g. -1 for KVL_EINVAL).
+        name: its symbolic name, e.g. ``"KVL_EINVAL"``.
+        message: what was wrong, from the handle's error message (falls back
+            to the code's description when the handle has none).
+    """
+
+    code: int
+    name: str
+    message: str
+
+    def __init__(self, code: int, message: Optional[str] = None):
+        self.code = int(code)
+        self.name = _lib.err_name(self.code)
+        self.message = message or _lib.strerror(self.code)
+        super().__init__(self.code, self.message)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.code}, {self.message!r})"
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
+
+
+class InvalidArgument(KvlinkError, ValueError):
+    """KVL_EINVAL: an argument is invalid (the message says which)."""
+
+
+class OutOfMemory(KvlinkError, MemoryError):
+    """KVL_ENOMEM."""
+
+
+class NotFound(KvlinkError, LookupError):
+    """KVL_ENOTFOUND: unknown pool, request, batch, or an absent object."""
+
+
+class OutOfRange(KvlinkError, ValueError):
+    """KVL_ERANGE: a slot, layer or size beyond its limit."""
+
+
+class AlreadyExists(KvlinkError):
+    """KVL_EEXIST: a duplicate name or request id."""
+
+
+class StoreIOError(KvlinkError):
+    """KVL_EIO: the store failed or is unreachable."""
+
+
+class Corrupt(KvlinkError):
+    """KVL_ECORRUPT: an object failed its integrity checks."""
+
+
+class Timeout(KvlinkError, TimeoutError):
+    """KVL_ETIMEDOUT."""
+
+
+class Canceled(KvlinkError):
+    """KVL_ECANCELED: the request or batch was canceled (cancel, shutdown)."""
+
+
+class Full(KvlinkError):
+    """KVL_EFULL: a queue or the store is full; poll and try again."""
+
+
+class Closed(KvlinkError):
+    """KVL_ECLOSED: the handle is shutting down or closed."""
+
+
+class NotSupported(KvlinkError):
+    """KVL_ENOTSUP: not in this build (CUDA, Redis) or this store."""
+
+
+class ParseError(KvlinkError, ValueError):
+    """KVL_EPARSE: malformed input, e.g. a store URI."""
+
+
+class StateError(KvlinkError):
+    """KVL_ESTATE: the call is not allowed now (e.g. layout not finalized)."""
+
+
+_BY_CODE: Dict[int, Type[KvlinkError]] = {
+    _lib.KVL_EINVAL: InvalidArgument,
+    _lib.KVL_ENOMEM: OutOfMemory,
+    _lib.KVL_ENOTFOUND: NotFound,
+    _lib.KVL_ERANGE: OutOfRange,
+    _lib.KVL_EEXIST: AlreadyExists,
+    _lib.KVL_EIO: StoreIOError,
+    _lib.KVL_ECORRUPT: Corrupt,
+    _lib.KVL_ETIMEDOUT: Timeout,
+    _lib.KVL_ECANCELED: Canceled,
+    _lib.KVL_EFULL: Full,
+    _lib.KVL_ECLOSED: Closed,
+    _lib.KVL_ENOTSUP: NotSupported,
+    _lib.KVL_EPARSE: ParseError,
+    _lib.KVL_ESTATE: StateError,
+}
+
+
+def error_class(code: int) -> Type[KvlinkError]:
+    """The exception class kvlink raises for error ``code``."""
+    return _BY_CODE.get(int(code), KvlinkError)
+
+
+def make_error(code: int, message: Optional[str] = None,
+               context: Optional[str] = None) -> KvlinkError:
+    """Builds the exception for ``code``. ``message`` is the failing
+    handle's own message (it already names the call and argument); without
+    one, the code's description prefixed with ``context``."""
+    if message:
+        return error_class(code)(code, message)
+    text = _lib.strerror(code)
+    if context:
+        text = f"{context}: {text}"
+    return error_class(code)(code, text)
+
+
+def check(rc: int, errmsg: Optional[Callable[[], str]] = None,
+          context: Optional[str] = None) -> int:
+    """Returns ``rc`` when it is not negative; else raises its exception,
+    with the message from ``errmsg()`` (the failing handle's message)."""
+    if rc >= 0:
+        return rc
+    message = None
+    if errmsg is not None:
+        try:
+            message = errmsg()
+        except Exception:  # pragma: no cover - message is best effort
+            message = None
+    raise make_error(rc, message or None, context)
+
+
+__all__ = [
+    "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
+    "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
+    "Closed", "NotSupported", "ParseError", "StateError", "error_class",
+]

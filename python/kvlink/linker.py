@@ -1,0 +1,608 @@
+"""The linker: lookups, layer-wise loads, background offloads, completions.
+
+A :class:`Linker` runs over a finalized :class:`~kvlink.Layout` and a
+:class:`~kvlink.Store` (it keeps both alive) with a loader and an offloader
+thread. The engine's loop, per forward pass::
+
+    hit = lk.lookup(pages)                  # longest restorable prefix
+    lk.load(req_id, pages[:hit], slots)     # queue loads …
+    batch = lk.start()                      # … and start them as one batch
+    for layer in range(lk.layers):
+        lk.wait(batch, layer)               # or lk.wait_stream(batch, layer)
+        run_layer(layer)
+    for c in lk.poll():                     # every request, exactly once
+        ...
+
+Slots: for a layout with one pool, ``slots`` is a sequence of slot indices,
+one per page. With several pools, pass a dict ``{pool name or id: slots}`` or
+a list with one entry per pool (None: nothing of that pool). A slot of None
+or -1 means "this page is not loaded/offloaded in that pool".
+
+Blocking calls (wait, flush, poll with a timeout) release the GIL. Timeouts
+are in seconds: None waits without limit, 0 does not block.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import json
+import math
+import threading
+import weakref
+from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional,
+                    Sequence, Union)
+
+from . import _lib
+from ._buffers import event_handle, stream_handle
+from ._lib import kvl_completion, kvl_linker_opts, lib
+from .errors import InvalidArgument, KvlinkError, StateError, check, \
+    make_error
+from .hashes import HashLike, HashesLike, hash_array, hash_ptr
+from .layout import Layout
+from .store import Store, render
+
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover
+    _np = None
+
+NO_SLOT = -1
+"""A slot value: this page has no slot in that pool."""
+
+Slots = Any
+"""Slot indices: a sequence (or numpy array) with one slot per page for a
+one-pool layout; else ``{pool: slots}`` or a per-pool list (None entries for
+pools not involved)."""
+
+
+class RequestKind(enum.IntEnum):
+    LOAD = _lib.KVL_REQ_LOAD
+    OFFLOAD = _lib.KVL_REQ_OFFLOAD
+
+
+class Completion(NamedTuple):
+    """The outcome of one load or offload request."""
+    id: int
+    kind: RequestKind
+    status: int        #: 0, or the first error code (e.g. KVL_ECANCELED)
+    valid_pages: int   #: leading pages fully loaded / stored
+    n_pages: int       #: pages in the request
+
+    @property
+    def ok(self) -> bool:
+        """True when every page of the request succeeded."""
+        return self.status == 0
+
+    @property
+    def status_name(self) -> str:
+        """``"KVL_OK"`` or the error's name, e.g. ``"KVL_ECANCELED"``."""
+        return _lib.err_name(self.status)
+
+    @property
+    def error(self) -> Optional[KvlinkError]:
+        """The status as an exception (None when ok)."""
+        if self.status == 0:
+            return None
+        return make_error(self.status, None,
+                          f"{self.kind.name.lower()} {self.id}")
+
+
+def _is_int(x: Any) -> bool:
+    if isinstance(x, bool):
+        return False
+    return isinstance(x, int) or (_np is not None and
+                                  isinstance(x, _np.integer))
+
+
+def _timeout_ms(timeout: Optional[float]) -> int:
+    if timeout is None:
+        return _lib.UINT32_MAX
+    if timeout < 0:
+        raise InvalidArgument(_lib.KVL_EINVAL,
+                              f"timeout must be >= 0 seconds or None, got "
+                              f"{timeout}")
+    return min(int(math.ceil(timeout * 1000)), _lib.UINT32_MAX - 1)
+
+
+class RankGroup:
+    """In-process all-reduce for ranks that are threads of one process: pass
+    the same group as ``allreduce`` to every rank's linker.
+
+    Args:
+        n_ranks: threads that take part in every round.
+        timeout: seconds a rank waits for the others before the group breaks.
+    """
+
+    def __init__(self, n_ranks: int, timeout: float = 10.0):
+        self._h = _lib.RankGroupP()
+        check(lib.kvl_rank_group_create(int(n_ranks),
+                                        _timeout_ms(timeout),
+                                        ctypes.byref(self._h)),
+              context="rank group")
+        self.n_ranks = n_ranks
+        self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def close(self) -> None:
+        """Frees the group. Fails with StateError while an open linker uses
+        it."""
+        busy = [u for u in self._users if not u.closed]
+        if busy:
+            raise StateError(_lib.KVL_ESTATE,
+                             f"rank group is used by {len(busy)} open "
+                             f"linker(s); close them first")
+        if self._h:
+            lib.kvl_rank_group_free(self._h)
+            self._h = _lib.RankGroupP()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+AllReduce = Union[RankGroup, Callable[[Any], None]]
+"""How ranks agree on lookups: a RankGroup, or a callable that receives the
+bitmap (a numpy uint64 array, or a memoryview of 'Q' without numpy) and
+replaces it in place by the bitwise AND over all ranks (e.g. with
+``torch.distributed.all_reduce(t, op=ReduceOp.BAND)`` on an int64 view)."""
+
+
+class Linker:
+    """The engine-facing object over a finalized layout and a store.
+
+    Args:
+        layout: a finalized Layout (kept alive by the linker).
+        store: the Store (kept alive by the linker).
+        max_requests: requests accepted and not yet polled (default 4096).
+        max_request_pages: pages of one request (default 2^20).
+        io_batch: items one store call carries (default 4096).
+        allreduce: across ranks for lookups (None: this is the only rank).
+
+    Raises:
+        InvalidArgument: unfinalized layout, bad option.
+        NotSupported: a pool on a CUDA device in a build without CUDA.
+
+    All methods are thread-safe. Usable as a context manager (closes on
+    exit).
+    """
+
+    def __init__(self, layout: Layout, store: Store, *,
+                 max_requests: int = 0, max_request_pages: int = 0,
+                 io_batch: int = 0, allreduce: Optional[AllReduce] = None):
+        self._h = _lib.LinkerP()
+        self._layout = layout
+        self._store = store
+        self._allreduce_obj = allreduce
+        self._cb = None
+        # The callback runs on the thread that called lookup: its error is
+        # kept per thread.
+        self._cb_local = threading.local()
+        opts = kvl_linker_opts()
+        opts.struct_size = ctypes.sizeof(kvl_linker_opts)
+        opts.max_requests = int(max_requests)
+        opts.max_request_pages = int(max_request_pages)
+        opts.io_batch = int(io_batch)
+        if isinstance(allreduce, RankGroup):
+            opts.allreduce = ctypes.cast(lib.kvl_rank_group_allreduce,
+                                         _lib.kvl_allreduce_fn)
+            opts.allreduce_user = ctypes.cast(allreduce._h, ctypes.c_void_p)
+        elif allreduce is not None:
+            if not callable(allreduce):
+                raise TypeError("allreduce: expected a RankGroup or a "
+                                "callable")
+            self._cb = _lib.kvl_allreduce_fn(self._trampoline)
+            opts.allreduce = self._cb
+        err = ctypes.create_string_buffer(512)
+        rc = lib.kvl_linker_open(layout._handle, store._handle,
+                                 ctypes.byref(opts), ctypes.byref(self._h),
+                                 err, len(err))
+        check(rc, lambda: err.value.decode(errors="replace"), "open linker")
+        self._n_pools = layout.pool_count
+        layout._users.add(self)
+        store._users.add(self)
+        if isinstance(allreduce, RankGroup):
+            allreduce._users.add(self)
+
+    # ---------------------------------------------------------- internals
+
+    @property
+    def _handle(self):
+        if not self._h:
+            raise StateError(_lib.KVL_ESTATE, "the linker is closed")
+        return self._h
+
+    def _errmsg(self) -> str:
+        return lib.kvl_linker_errmsg(self._h).decode(errors="replace")
+
+    def _check(self, rc: int, context: Optional[str] = None) -> int:
+        return check(rc, self._errmsg, context)
+
+    def _trampoline(self, bits, n_words, user):
+        try:
+            if _np is not None:
+                arr = _np.ctypeslib.as_array(bits, shape=(n_words,))
+            else:  # pragma: no cover
+                arr = memoryview(ctypes.cast(
+                    bits, ctypes.POINTER(ctypes.c_uint64 * n_words)
+                ).contents).cast("B").cast("Q")
+            self._allreduce_obj(arr)
+            return 0
+        except KvlinkError as e:
+            self._cb_local.error = e
+            return e.code
+        except BaseException as e:  # noqa: BLE001 - passed on after lookup
+            self._cb_local.error = e
+            return _lib.KVL_EIO
+
+    def _slot_row(self, row: Any, n_pages: int, pool: int):
+        if row is None:
+            return None
+        if _np is not None and isinstance(row, _np.ndarray):
+            a = _np.asarray(row)
+            if a.dtype.kind not in "iu":
+                raise InvalidArgument(_lib.KVL_EINVAL,
+                                      f"slots of pool {pool}: expected "
+                                      f"integers, got {a.dtype}")
+            if a.shape != (n_pages,):
+                raise InvalidArgument(_lib.KVL_EINVAL,
+                                      f"slots of pool {pool}: shape "
+                                      f"{a.shape}, expected ({n_pages},)")
+            a = a.astype(_np.int64)
+            if a.size and a.min() < NO_SLOT:
+                raise InvalidArgument(_lib.KVL_EINVAL,
+                                      f"slots of pool {pool}: negative slot "
+                                      f"{int(a.min())} (-1 means no slot)")
+            a = a.astype(_np.uint64)  # -1 → SIZE_MAX, KVL_NO_SLOT
+            return (ctypes.c_size_t * n_pages).from_buffer_copy(a.tobytes())
+        if hasattr(row, "tolist"):  # torch tensors, array.array
+            row = row.tolist()
+        row = list(row)
+        if len(row) != n_pages:
+            raise InvalidArgument(_lib.KVL_EINVAL,
+                                  f"slots of pool {pool}: {len(row)} slots "
+                                  f"for {n_pages} pages")
+        vals = []
+        for i, s in enumerate(row):
+            if s is None or s == NO_SLOT:
+                vals.append(_lib.KVL_NO_SLOT)
+            elif not _is_int(s) or s < 0:
+                raise InvalidArgument(_lib.KVL_EINVAL,
+                                      f"slots of pool {pool}: page {i}: bad "
+                                      f"slot {s!r}")
+            else:
+                vals.append(int(s))
+        return (ctypes.c_size_t * n_pages)(*vals)
+
+    def _slots(self, slots: Slots, n_pages: int):
+        rows: List[Any] = [None] * self._n_pools
+        if isinstance(slots, Mapping):
+            for pool, row in slots.items():
+                pid = self._layout.pool_ref(pool)
+                if not 0 <= pid < self._n_pools:
+                    raise InvalidArgument(_lib.KVL_EINVAL,
+                                          f"slots: no pool {pool!r}")
+                rows[pid] = row
+        else:
+            if hasattr(slots, "tolist") and not (
+                    _np is not None and isinstance(slots, _np.ndarray) and
+                    slots.ndim == 1):
+                slots = slots.tolist()  # torch tensors, 2-D arrays
+            per_pool = not (_np is not None and
+                            isinstance(slots, _np.ndarray)) and any(
+                x is not None and not _is_int(x) for x in slots)
+            if per_pool:
+                rows = list(slots)
+                if len(rows) != self._n_pools:
+                    raise InvalidArgument(
+                        _lib.KVL_EINVAL,
+                        f"slots: {len(rows)} per-pool entries for "
+                        f"{self._n_pools} pools")
+            elif self._n_pools != 1:
+                raise InvalidArgument(
+                    _lib.KVL_EINVAL,
+                    f"slots: the layout has {self._n_pools} pools: pass "
+                    f"{{pool: slots}} or one entry per pool")
+            else:
+                rows[0] = slots
+        arrays = [self._slot_row(r, n_pages, i) for i, r in enumerate(rows)]
+        ptrs = (ctypes.POINTER(ctypes.c_size_t) * self._n_pools)(
+            *[ctypes.cast(a, ctypes.POINTER(ctypes.c_size_t))
+              if a is not None else None for a in arrays])
+        return ptrs, arrays
+
+    def _pages(self, pages: HashesLike):
+        arr, n = hash_array(pages)
+        return arr, n
+
+    # ------------------------------------------------------------ lookup
+
+    @property
+    def layers(self) -> int:
+        """Model layers a batch has: 1 + the highest layer of any pool."""
+        return int(lib.kvl_linker_layers(self._handle))
+
+    @property
+    def layout(self) -> Layout:
+        return self._layout
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    def lookup(self, pages: HashesLike, ns: Optional[HashLike] = None,
+               pool_pages: Optional[Any] = None) -> int:
+        """The longest prefix of ``pages`` (in pages) restorable on every
+        rank. Side-effect free.
+
+        Args:
+            pages: page hashes in prefix order.
+            ns: namespace seed (pages are stored and found as page ⊕ ns).
+            pool_pages: optional, per pool (dict or list) a sequence of flags,
+                one per page: check only the flagged pages of that pool.
+
+        Raises:
+            StoreIOError: the store is down. OutOfRange: too many pages.
+        """
+        arr, n = self._pages(pages)
+        pp = None
+        keep = []
+        if pool_pages is not None:
+            rows: List[Any] = [None] * self._n_pools
+            if isinstance(pool_pages, Mapping):
+                for k, v in pool_pages.items():
+                    rows[self._layout.pool_ref(k)] = v
+            else:
+                rows = list(pool_pages)
+                if len(rows) != self._n_pools:
+                    raise InvalidArgument(
+                        _lib.KVL_EINVAL,
+                        f"pool_pages: {len(rows)} entries for "
+                        f"{self._n_pools} pools")
+            pp = (ctypes.POINTER(ctypes.c_uint8) * self._n_pools)()
+            for i, r in enumerate(rows):
+                if r is None:
+                    continue
+                flags = [1 if f else 0 for f in r]
+                if len(flags) != n:
+                    raise InvalidArgument(
+                        _lib.KVL_EINVAL,
+                        f"pool_pages of pool {i}: {len(flags)} flags for "
+                        f"{n} pages")
+                a = (ctypes.c_uint8 * max(n, 1))(*flags)
+                keep.append(a)
+                pp[i] = ctypes.cast(a, ctypes.POINTER(ctypes.c_uint8))
+        out = ctypes.c_size_t(0)
+        self._cb_local.error = None
+        rc = lib.kvl_linker_lookup(self._handle, arr, n, hash_ptr(ns, "ns"),
+                                   pp, ctypes.byref(out))
+        e = self._cb_local.error
+        if e is not None:
+            self._cb_local.error = None
+            if rc < 0 and not isinstance(e, KvlinkError):
+                raise make_error(rc, f"allreduce callback failed: {e!r}",
+                                 "lookup") from e
+            if rc < 0:
+                raise e
+        self._check(rc, "lookup")
+        return out.value
+
+    # ------------------------------------------------------------- loads
+
+    def load(self, id: int, pages: HashesLike, slots: Slots,
+             ns: Optional[HashLike] = None) -> None:
+        """Queues a load of ``pages`` into ``slots`` for request ``id``; it
+        runs in the next :meth:`start`'s batch and completes once (poll).
+        The slots are written until the request completes.
+
+        Raises:
+            AlreadyExists: a load with this id is queued or running.
+            OutOfRange: a slot beyond its pool. Full: max_requests reached.
+            Closed: the linker is shutting down.
+        """
+        arr, n = self._pages(pages)
+        ptrs, keep = self._slots(slots, n)
+        self._check(lib.kvl_linker_load(self._handle, int(id), arr, n,
+                                        hash_ptr(ns, "ns"), ptrs),
+                    f"load {id}")
+        del keep
+
+    def cancel(self, id: int) -> bool:
+        """Withdraws the queued load ``id`` if its batch has not started
+        (it then completes as KVL_ECANCELED). True if withdrawn, False if
+        already running (it completes normally).
+
+        Raises:
+            NotFound: no load with this id is queued or running.
+        """
+        out = ctypes.c_int(0)
+        self._check(lib.kvl_linker_cancel(self._handle, int(id),
+                                          ctypes.byref(out)),
+                    f"cancel {id}")
+        return bool(out.value)
+
+    def start(self) -> int:
+        """Takes every queued load as one batch and returns its id (an
+        empty batch is valid: all its layers are complete).
+
+        Raises:
+            Full: 64 batches not yet finished. Closed.
+        """
+        out = ctypes.c_uint64(0)
+        self._check(lib.kvl_linker_start(self._handle, ctypes.byref(out)),
+                    "start")
+        return out.value
+
+    def wait(self, batch: int, layer: int,
+             timeout: Optional[float] = None) -> None:
+        """Blocks until layer ``layer`` of ``batch`` is complete (and every
+        earlier one), or ``timeout`` seconds pass. The GIL is released.
+
+        Raises:
+            Timeout; StoreIOError, Corrupt, NotFound (a page evicted since
+            lookup) or Canceled: the batch failed at this layer or before
+            (the completions say which requests, and how many pages are
+            valid); OutOfRange: layer beyond :attr:`layers`; NotFound:
+            unknown or too old batch.
+        """
+        self._check(lib.kvl_linker_wait(self._handle, int(batch), int(layer),
+                                        _timeout_ms(timeout)),
+                    f"wait batch {batch} layer {layer}")
+
+    def wait_stream(self, batch: int, layer: int, stream: Any = None,
+                    timeout: Optional[float] = None) -> None:
+        """Makes a CUDA stream wait on the GPU until layer ``layer`` of
+        ``batch`` is in its slots; the CPU does not wait for the copies.
+
+        Args:
+            stream: a ``torch.cuda.Stream``, a CuPy stream, an int
+                ``cudaStream_t``, or None: torch's current stream when torch
+                has initialized CUDA, else the legacy default stream.
+
+        Raises:
+            NotSupported: this kvlink was built without CUDA. Errors as
+            :meth:`wait`.
+        """
+        self._check(lib.kvl_linker_wait_stream(self._handle, int(batch),
+                                               int(layer),
+                                               stream_handle(stream),
+                                               _timeout_ms(timeout)),
+                    f"wait_stream batch {batch} layer {layer}")
+
+    # ---------------------------------------------------------- offloads
+
+    def offload(self, id: int, pages: HashesLike, slots: Slots,
+                ns: Optional[HashLike] = None) -> None:
+        """Queues a background offload of ``pages`` from ``slots`` (every
+        layer) for request ``id``. Pages already stored are skipped. The
+        slots must not change until the request completes.
+
+        Raises:
+            AlreadyExists, Full, OutOfRange, InvalidArgument, Closed.
+        """
+        arr, n = self._pages(pages)
+        ptrs, keep = self._slots(slots, n)
+        self._check(lib.kvl_linker_offload(self._handle, int(id), arr, n,
+                                           hash_ptr(ns, "ns"), ptrs),
+                    f"offload {id}")
+        del keep
+
+    def offload_after(self, id: int, pages: HashesLike, slots: Slots,
+                      event: Any, ns: Optional[HashLike] = None) -> None:
+        """As :meth:`offload`, but the copies start only after CUDA event
+        ``event`` (a ``torch.cuda.Event``, CuPy event or int
+        ``cudaEvent_t``; None behaves as :meth:`offload`) has completed. The
+        event must stay valid until the request completes.
+
+        Raises:
+            NotSupported: an event in a build without CUDA.
+        """
+        arr, n = self._pages(pages)
+        ptrs, keep = self._slots(slots, n)
+        self._check(lib.kvl_linker_offload_after(
+            self._handle, int(id), arr, n, hash_ptr(ns, "ns"), ptrs,
+            event_handle(event)), f"offload_after {id}")
+        del keep
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Blocks until every offload queued before the call completed.
+
+        Raises:
+            Timeout.
+        """
+        self._check(lib.kvl_linker_flush(self._handle, _timeout_ms(timeout)),
+                    "flush")
+
+    # ------------------------------------------------------- completions
+
+    def poll(self, max_completions: int = 64,
+             timeout: Optional[float] = 0) -> List[Completion]:
+        """Up to ``max_completions`` completions, oldest first; with a
+        timeout, waits that long for at least one. Each request is reported
+        exactly once."""
+        cap = max(int(max_completions), 1)
+        out = (kvl_completion * cap)()
+        n = ctypes.c_size_t(0)
+        ms = 0 if timeout == 0 else _timeout_ms(timeout)
+        self._check(lib.kvl_linker_poll(self._handle, out, cap,
+                                        ctypes.byref(n), ms), "poll")
+        return [Completion(c.id, RequestKind(c.kind), c.status,
+                           c.valid_pages, c.n_pages) for c in out[:n.value]]
+
+    def poll_until(self, ids: Sequence[int], timeout: float = 10.0
+                   ) -> Dict[int, Completion]:
+        """Polls until every request of ``ids`` completed; returns them by
+        id. Completions of other requests met on the way are returned too.
+
+        Raises:
+            Timeout: some ids did not complete in time (the message lists
+            them).
+        """
+        import time
+        want = set(int(i) for i in ids)
+        got: Dict[int, Completion] = {}
+        deadline = time.monotonic() + timeout
+        while not want.issubset(got):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(want - set(got))
+                raise make_error(_lib.KVL_ETIMEDOUT,
+                                 f"requests {missing} did not complete "
+                                 f"within {timeout} s", "poll_until")
+            for c in self.poll(64, min(left, 0.05)):
+                got[c.id] = c
+        return got
+
+    # ------------------------------------------------------------- stats
+
+    def stats(self, format: Union[str, int] = "json") -> str:
+        """The linker's counters, latency histograms and store stats as
+        text: ``"json"`` (one object) or ``"prometheus"``."""
+        return render(lib.kvl_linker_stats, self._handle, format,
+                      self._errmsg)
+
+    def stats_json(self) -> Dict[str, Any]:
+        """:meth:`stats` in JSON, parsed."""
+        return json.loads(self.stats("json"))
+
+    # ---------------------------------------------------------- lifetime
+
+    @property
+    def closed(self) -> bool:
+        return not self._h
+
+    def shutdown(self) -> None:
+        """Stops the linker: new loads/offloads fail with Closed; queued and
+        running work completes as canceled (a running offload finishes);
+        waiters wake up. Completions stay pollable. Idempotent."""
+        if self._h:
+            lib.kvl_linker_shutdown(self._h)
+
+    def close(self) -> None:
+        """Shuts down and frees the linker (unpolled completions are
+        dropped). Closing twice is harmless."""
+        if self._h:
+            lib.kvl_linker_close(self._h)
+            self._h = _lib.LinkerP()
+
+    def __enter__(self) -> "Linker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        return (f"<kvlink.Linker layout={self._layout.model_tag!r} "
+                f"store={self._store.uri!r}"
+                f"{' closed' if self.closed else ''}>")
+
+
+__all__ = ["Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",
+           "AllReduce", "Slots"]

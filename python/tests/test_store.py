@@ -1,0 +1,75 @@
+"""Stores by URI: opening errors with messages, objects by key (bytes,
+pieces, numpy buffers), and stats."""
+
+import json
+
+import pytest
+
+from conftest import np
+import kvlink as kvl
+
+
+def test_bad_uris_raise_with_messages():
+    with pytest.raises(kvl.ParseError) as ei:
+        kvl.Store("mem:?capacty=1GiB")
+    assert "capacty" in str(ei.value)
+    assert ei.value.code == kvl.ERRORS["KVL_EPARSE"]
+    with pytest.raises(kvl.ParseError, match="capacity"):
+        kvl.Store("mem:?capacity=lots")
+    with pytest.raises(kvl.NotSupported):
+        kvl.Store("nosuchstore://x")
+    assert isinstance(ei.value, ValueError)
+
+
+def test_objects_round_trip():
+    with kvl.Store("mem:?capacity=1MiB") as s:
+        assert not s.exists("a")
+        assert s.put("a", b"hello world") is True
+        assert s.put("a", b"other") is False  # present: not an error
+        assert s.exists("a")
+        assert s.get("a", 11) == b"hello world"
+        assert s.get("a", 5, offset=6) == b"world"
+        assert s.put("b", [b"ab", bytearray(b"cd"), memoryview(b"ef")])
+        assert s.get("b", 6) == b"abcdef"
+        arr = np.arange(16, dtype=np.uint32)
+        assert s.put("c", arr)
+        out = np.zeros(16, np.uint32)
+        assert s.get_into("c", out) == 64
+        assert np.array_equal(out, arr)
+        assert s.exists_many(["a", "b", "zz"]) == [True, True, False]
+        assert s.get_many(["a", "zz"], 11) == [b"hello world", None]
+        assert s.put_many([("d", b"1"), ("a", b"x")]) == [True, False]
+        with pytest.raises(kvl.NotFound, match="zz"):
+            s.get("zz", 4)
+        with pytest.raises(kvl.OutOfRange):
+            s.get("a", 12)
+        assert s.remove("a") and not s.remove("a")
+        st = s.stats()
+        assert st["objects"] == 3 and st["capacity"] == 1 << 20
+        assert st["puts"] == 4
+        j = json.loads(s.render_stats("json"))
+        assert j["objects"] == 3
+        assert "kvlink_store" in s.render_stats("prometheus")
+        with pytest.raises(kvl.InvalidArgument, match="format"):
+            s.render_stats("xml")
+    assert s.closed
+    with pytest.raises(kvl.StateError):
+        s.exists("a")
+    s.close()  # harmless twice
+
+
+def test_store_full_and_too_large():
+    with kvl.Store("mem:?capacity=4KiB") as s:
+        with pytest.raises(kvl.OutOfRange):
+            s.put("big", bytes(8192))
+
+
+def test_readonly_destination_rejected():
+    with kvl.Store() as s:
+        s.put("k", b"abcd")
+        with pytest.raises(kvl.InvalidArgument, match="read-only"):
+            s.get_into("k", b"....")
+        ro = np.zeros(4, np.uint8)
+        ro.flags.writeable = False
+        with pytest.raises(kvl.InvalidArgument, match="read-only"):
+            s.get_into("k", ro)
