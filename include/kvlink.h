@@ -79,7 +79,9 @@ KVL_API const char *kvl_err_name(int err);
 KVL_API const char *kvl_version(void);
 
 /* 1 if this build of kvlink has optional feature `name`, else 0. Names: "cuda"
- * (GPU copies), "redis" (redis:// store). Unknown names give 0. Thread-safe. */
+ * (built with GPU copies), "cuda-device" (built with them and a CUDA device
+ * is usable in this process now), "redis" (redis:// store). Unknown names
+ * give 0. Thread-safe. */
 KVL_API int kvl_has_feature(const char *name);
 
 /* ===================================================================== hashes */
@@ -387,10 +389,20 @@ KVL_API void kvl_rank_group_free(kvl_rank_group *group);
 /* A store holds objects under string keys: immutable once stored, never
  * visible half-written, and possibly evicted at any time (a cache). Opened by
  * URI:
- *   mem:[?capacity=SIZE][&verify=0|1]     embedded, in this process (default)
+ *   mem:[?capacity=SIZE][&max_objects=N][&policy=slru|lru][&verify=0|1]
+ *       [&pinned=0|1][&prealloc=0|1]     embedded, in this process (default)
  *       capacity: bytes (suffixes K, M, G, T, KiB, MiB, GiB, TiB; default 8GiB).
+ *       max_objects: at most N objects, exactly (default: no limit).
+ *       policy: eviction: slru (default; segmented LRU with a ghost list,
+ *       for prefix caches) or lru (exact LRU).
  *       verify: check payload checksums on every read (default 0: the
- *       embedded store's own memory is trusted; headers are always checked).
+ *       embedded store's own memory is trusted; headers are always checked;
+ *       objects written to a trusted store carry no payload checksums).
+ *       pinned: keep objects in pinned, mapped memory for GPU copies
+ *       (default 1 in builds with CUDA when a device is usable).
+ *       prealloc: pin the whole capacity at open (pinned mode).
+ *   fault+<URI>                         fault injection around any store
+ *       (options prefixed fault.; see docs/stores.md)
  * Stores are thread-safe: any number of threads may call any function on one
  * store at once, except kvl_store_close. */
 typedef struct kvl_store kvl_store;
@@ -685,8 +697,7 @@ KVL_API int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
  * between the store and GPU slots with batched copies, and the engine's
  * compute stream can wait for a layer without blocking the CPU. Streams and
  * events are passed as `void *` holding a cudaStream_t / cudaEvent_t, so this
- * header needs no CUDA header. Without CUDA these functions return
- * KVL_ENOTSUP. */
+ * header needs no CUDA header. */
 
 /* Makes `stream` (NULL: the legacy default stream) wait on the GPU until
  * layer `layer` of batch `batch` is in its destination slots. Returns once
@@ -695,9 +706,10 @@ KVL_API int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
  * failed is still waited for (its slots hold what was copied); the failure
  * is reported as by kvl_linker_wait: the return value (KVL_EIO, …) when it
  * is known at enqueue time, and always through the completions, which say
- * which requests' pages are valid. Errors as kvl_linker_wait, plus
- * KVL_ENOTSUP (no CUDA) and KVL_EIO (a CUDA call failed: message says
- * which). Thread-safe. */
+ * which requests' pages are valid. A linker without GPU pools (or a build
+ * without CUDA) has nothing to copy on a stream: this then waits on the CPU
+ * exactly as kvl_linker_wait. Errors as kvl_linker_wait, plus KVL_EIO (a
+ * CUDA call failed: the message says which). Thread-safe. */
 KVL_API int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch,
                                    uint32_t layer, void *stream,
                                    uint32_t timeout_ms);

@@ -13,8 +13,12 @@
 
 #include "cuda.h"
 
-#define KVL_COPIER_LISTS 4
-#define KVL_COPY_THREADS 256
+#define KVL_COPIER_LISTS 8
+/* A copy kernel occupies few SMs: enough loads in flight to fill PCIe
+ * (about 55 GB/s x 2 us = 110 KB; 64 blocks x 512 threads x 16 B = 512 KB)
+ * while the engine's compute kernels keep the rest of the GPU. */
+#define KVL_COPY_BLOCKS 64
+#define KVL_COPY_THREADS 512
 
 struct kvl__copier {
 	int device;
@@ -62,6 +66,23 @@ extern "C" void kvl__cuda_host_free(void *p)
 {
 	if (p)
 		cudaFreeHost(p);
+}
+
+extern "C" void *kvl__cuda_dev_alloc(size_t len)
+{
+	void *p = NULL;
+	return ok(cudaMalloc(&p, len)) ? p : NULL;
+}
+
+extern "C" void kvl__cuda_dev_free(void *p)
+{
+	if (p)
+		cudaFree(p);
+}
+
+extern "C" int kvl__cuda_copy(void *dst, const void *src, size_t len)
+{
+	return ok(cudaMemcpy(dst, src, len, cudaMemcpyDefault)) ? 0 : -1;
 }
 
 extern "C" int kvl__cuda_kernel_can_read(const void *p)
@@ -171,7 +192,7 @@ extern "C" int kvl__copier_launch(kvl__copier *c, size_t n)
 	unsigned i = c->next++ % KVL_COPIER_LISTS;
 	if (n == 0)
 		return 0;
-	unsigned blocks = n < 1024 ? (unsigned)n : 1024u;
+	unsigned blocks = n < KVL_COPY_BLOCKS ? (unsigned)n : KVL_COPY_BLOCKS;
 	kvl_gather<<<blocks, KVL_COPY_THREADS, 0, c->stream>>>(c->lists[i], n);
 	c->list_used[i] = 1;
 	return ok(cudaGetLastError()) &&

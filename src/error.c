@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "device.h"
 #include "internal.h"
 #include "kvl_config.h"
 
@@ -51,6 +52,8 @@ int kvl_has_feature(const char *name)
 		return 0;
 	if (strcmp(name, "cuda") == 0)
 		return KVL_HAVE_CUDA;
+	if (strcmp(name, "cuda-device") == 0)
+		return kvl__dev_usable();
 	if (strcmp(name, "redis") == 0)
 		return KVL_HAVE_REDIS;
 	return 0;

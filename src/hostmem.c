@@ -11,10 +11,8 @@
 #include <sys/mman.h>
 
 #include "hostmem.h"
-#include "kvl_config.h"
-#if KVL_HAVE_CUDA
-#include "cuda.h"
-#endif
+#include "kvlink.h"
+#include "device.h"
 
 #define HOSTMEM_CHUNK (256ull << 20)
 #define HOSTMEM_ALIGN 64u
@@ -27,21 +25,12 @@ struct kvl__hostmem_chunk {
 
 static void *pinned_alloc(size_t len)
 {
-#if KVL_HAVE_CUDA
-	return kvl__cuda_host_alloc(len);
-#else
-	(void)len;
-	return NULL;
-#endif
+	return kvl__dev_host_alloc(len);
 }
 
 static void pinned_free(void *p)
 {
-#if KVL_HAVE_CUDA
-	kvl__cuda_host_free(p);
-#else
-	(void)p;
-#endif
+	kvl__dev_host_free(p);
 }
 
 void kvl__hostmem_init(kvl__hostmem *h, int pinned, size_t keep)
@@ -49,11 +38,35 @@ void kvl__hostmem_init(kvl__hostmem *h, int pinned, size_t keep)
 	memset(h, 0, sizeof *h);
 	h->keep = keep;
 	pthread_mutex_init(&h->mu, NULL);
-#if KVL_HAVE_CUDA
-	h->pinned = pinned && kvl__cuda_usable();
-#else
-	(void)pinned;
-#endif
+	h->pinned = pinned && kvl__dev_usable();
+}
+
+static void chunks_free(struct kvl__hostmem_chunk *c)
+{
+	while (c) {
+		struct kvl__hostmem_chunk *next = c->next;
+		pinned_free(c->mem);
+		free(c);
+		c = next;
+	}
+}
+
+int kvl__hostmem_prealloc(kvl__hostmem *h, size_t bytes)
+{
+	for (size_t done = 0; h->pinned && done < bytes; done += HOSTMEM_CHUNK) {
+		struct kvl__hostmem_chunk *c = malloc(sizeof *c);
+		void *mem = c ? pinned_alloc(HOSTMEM_CHUNK) : NULL;
+		if (!mem) {
+			free(c);
+			return KVL_ENOMEM;
+		}
+		c->mem = mem;
+		pthread_mutex_lock(&h->mu);
+		c->next = h->spare;
+		h->spare = c;
+		pthread_mutex_unlock(&h->mu);
+	}
+	return 0;
 }
 
 void kvl__hostmem_destroy(kvl__hostmem *h)
@@ -64,12 +77,8 @@ void kvl__hostmem_destroy(kvl__hostmem *h)
 			memcpy(&h->free[i].head, b, sizeof(void *));
 			free(b);
 		}
-	while (h->chunks) {
-		struct kvl__hostmem_chunk *c = h->chunks;
-		h->chunks = c->next;
-		pinned_free(c->mem);
-		free(c);
-	}
+	chunks_free(h->chunks);
+	chunks_free(h->spare);
 	pthread_mutex_destroy(&h->mu);
 }
 
@@ -126,8 +135,16 @@ void *kvl__hostmem_alloc(kvl__hostmem *h, size_t len)
 	if (!p && h->pinned && h->left < len) {
 		/* The old tail is dropped: chunks hold few distinct sizes. */
 		size_t size = len > HOSTMEM_CHUNK ? len : HOSTMEM_CHUNK;
-		struct kvl__hostmem_chunk *c = malloc(sizeof *c);
-		void *mem = c ? pinned_alloc(size) : NULL;
+		struct kvl__hostmem_chunk *c = NULL;
+		void *mem = NULL;
+		if (h->spare && size == HOSTMEM_CHUNK) {
+			c = h->spare;
+			h->spare = c->next;
+			mem = c->mem;
+		} else {
+			c = malloc(sizeof *c);
+			mem = c ? pinned_alloc(size) : NULL;
+		}
 		if (mem) {
 			c->mem = mem;
 			c->next = h->chunks;

@@ -24,7 +24,8 @@ typedef struct kvl__hostmem {
 	pthread_mutex_t mu;
 	int pinned;
 	size_t keep, kept;  /* plain mode: bytes kept for reuse, at most/now */
-	struct kvl__hostmem_chunk *chunks;
+	struct kvl__hostmem_chunk *chunks; /* in use, newest first */
+	struct kvl__hostmem_chunk *spare;  /* pinned ahead, not yet used */
 	char *bump;
 	size_t left;
 	struct {
@@ -37,6 +38,9 @@ typedef struct kvl__hostmem {
  * usable device (h->pinned says which). keep: plain mode's reuse bound. */
 void kvl__hostmem_init(kvl__hostmem *h, int pinned, size_t keep);
 void kvl__hostmem_destroy(kvl__hostmem *h);
+/* Pins `bytes` ahead (pinned mode), so that first puts do not pay for
+ * pinning. 0, or KVL_ENOMEM when CUDA refused. */
+int kvl__hostmem_prealloc(kvl__hostmem *h, size_t bytes);
 void *kvl__hostmem_alloc(kvl__hostmem *h, size_t len);
 void kvl__hostmem_free(kvl__hostmem *h, void *p, size_t len);
 

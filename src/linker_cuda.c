@@ -54,6 +54,7 @@ typedef struct lk_gpu {
 	int *off_res;
 	size_t *off_counts;
 	kvl_iov *off_iov;
+	kvl__view *off_views; /* objects being written in place */
 } lk_gpu;
 
 static const kvl__pool *gpu_pool(const kvl_linker *lk, uint32_t pool)
@@ -115,15 +116,16 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
 	g->off_res = calloc(n, sizeof *g->off_res);
 	g->off_counts = calloc(n, sizeof *g->off_counts);
 	g->off_iov = calloc(n, sizeof *g->off_iov);
+	g->off_views = calloc(n, sizeof *g->off_views);
 	g->staging_len = max_obj > GPU_STAGING ? max_obj : GPU_STAGING;
 	g->staging = kvl__cuda_host_alloc(g->staging_len);
 	const char *why = "out of memory";
 	if (!g->keyp || !g->items || !g->reqs || !g->res || !g->staging ||
 	    !g->off_keyp || !g->off_items || !g->off_res || !g->off_counts ||
-	    !g->off_iov ||
+	    !g->off_iov || !g->off_views ||
 	    kvl__copier_create(device, lk->n_layers, g->max_chunks, &g->load,
 	                       &why) ||
-	    kvl__copier_create(device, 1, g->max_chunks, &g->off, &why))
+	    kvl__copier_create(device, 2, g->max_chunks, &g->off, &why))
 		return kvl__fail_buf(errbuf, errlen, KVL_EIO,
 		                     "cannot set up GPU copies on device %d: %s",
 		                     device, why);
@@ -153,6 +155,7 @@ void kvl__lk_gpu_close(kvl_linker *lk)
 	free(g->off_res);
 	free(g->off_counts);
 	free(g->off_iov);
+	free(g->off_views);
 	free(g);
 	lk->gpu = NULL;
 }
@@ -192,10 +195,9 @@ static int view_check(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
 		if (kvl__obj_header_check(v->data, p->header_size, &id, NULL))
 			return KVL_ECORRUPT;
 	}
-	if (!lk->store->trusted &&
-	    kvl__object_layer_sum(p, ly, v->data) !=
-	            kvl__obj_layer_sum(v->data, (uint32_t)(ly - p->layers)))
-		return KVL_ECORRUPT;
+	if (!lk->store->trusted)
+		return kvl__obj_layer_ok(v->data, (uint32_t)(ly - p->layers),
+		                         kvl__object_layer_sum(p, ly, v->data));
 	return 0;
 }
 
@@ -245,11 +247,17 @@ static int gpu_flush(kvl_linker *lk, gpu_set *s, size_t m, uint32_t layer)
 	return err;
 }
 
+/* Pages per load copy launch: the first copy of a layer starts after this
+ * many pages are pinned and checked, not after all of them. */
+#define GPU_LOAD_GROUP 512
+
 int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 {
 	lk_gpu *g = lk->gpu;
 	gpu_set *s = &g->sets[layer % 2];
-	size_t m = 0;
+	size_t m = 0, group = lk->opts.io_batch < GPU_LOAD_GROUP
+	                              ? lk->opts.io_batch
+	                              : GPU_LOAD_GROUP;
 	int err = 0, e;
 	for (lk_req *r = b->reqs; r; r = r->qnext) {
 		for (size_t i = 0; i < r->n_items; i++) {
@@ -261,7 +269,7 @@ int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 			g->keyp[m] = it->key;
 			g->items[m] = it;
 			g->reqs[m] = r;
-			if (++m == lk->opts.io_batch) {
+			if (++m == group) {
 				if ((e = gpu_flush(lk, s, m, layer)) && !err)
 					err = e;
 				m = 0;
@@ -350,51 +358,197 @@ int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch, uint32_t layer,
 	return rc ? rc : failed;
 }
 
-/* Copies n offload items (absent from the store) of GPU pools. */
-void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
-                         size_t n, void *event)
+/* Chunks that gather every layer of GPU slot `slot` of p into the payload
+ * of object memory `obj`; returns how many were written. */
+static size_t page_chunks(const kvl__pool *p, size_t slot, uint8_t *obj,
+                          kvl__chunk *ch)
+{
+	uint8_t *at = obj + p->header_size;
+	for (uint32_t k = 0; k < p->max_pieces; k++) {
+		const kvl_buffer *b = &p->ordered[k]->b;
+		ch[k] = (kvl__chunk){.src = (char *)b->base + slot * b->page_stride,
+		                     .dst = at,
+		                     .len = b->page_bytes};
+		at += b->page_bytes;
+	}
+	return p->max_pieces;
+}
+
+/* Writes the header of an object whose payload arrived in `obj`: layer
+ * sums only for untrusted stores (kvl__obj_header_write). */
+static void seal(kvl_linker *lk, const kvl__pool *p, const kvl_hash *page,
+                 uint8_t *obj)
+{
+	uint64_t sums[p->n_layers];
+	int summed = !lk->store->trusted;
+	for (uint32_t li = 0; summed && li < p->n_layers; li++)
+		sums[li] = kvl__object_layer_sum(p, &p->layers[li], obj);
+	kvl__obj_id id = kvl__page_id(p, page);
+	kvl__obj_header_write(obj, &id, summed ? sums : NULL);
+}
+
+static void count_put(kvl_linker *lk, lk_req *r, const lk_item *it, int res)
+{
+	if (res < 0) {
+		kvl__lk_req_fail(r, it->page, res);
+	} else if (res == KVL_PUT_PRESENT) {
+		KVL__COUNT(&lk->stats, present_pages, 1);
+	} else {
+		KVL__COUNT(&lk->stats, offloaded_pages, 1);
+		KVL__COUNT(&lk->stats, offloaded_bytes,
+		           gpu_pool(lk, it->pool)->object_size);
+	}
+}
+
+/* Launches the gathered chunks and records event `ev` after them; 0 or
+ * KVL_EIO. */
+static int off_launch(kvl_linker *lk, size_t n_ch, uint32_t ev)
+{
+	kvl__copier *c = lk->gpu->off;
+	if (kvl__copier_launch(c, n_ch) || kvl__copier_record(c, ev))
+		return kvl__fail(&lk->err, KVL_EIO,
+		                 "offload: GPU copy failed: %s",
+		                 kvl__cuda_last_error());
+	return 0;
+}
+
+static int off_sync(kvl_linker *lk, uint32_t ev)
+{
+	if (kvl__copier_sync(lk->gpu->off, ev))
+		return kvl__fail(&lk->err, KVL_EIO,
+		                 "offload: GPU copy failed: %s",
+		                 kvl__cuda_last_error());
+	return 0;
+}
+
+/* Items [i, j) that fit `room` bytes, one chunk list and max_items. */
+static size_t off_group(kvl_linker *lk, lk_item **items, size_t i, size_t n,
+                        size_t room, size_t max_items)
+{
+	size_t used = 0, n_ch = 0, j = i;
+	while (j < n && j - i < max_items) {
+		const kvl__pool *p = gpu_pool(lk, items[j]->pool);
+		size_t size = (p->object_size + 63) & ~(size_t)63;
+		if (used + size > room || n_ch + p->max_pieces > lk->gpu->max_chunks)
+			break;
+		used += size;
+		n_ch += p->max_pieces;
+		j++;
+	}
+	return j;
+}
+
+/* Pages per in-place copy launch: small, so that sealing and committing
+ * one group on the CPU hides behind the GPU's copy of the next. */
+#define GPU_OFF_GROUP 512
+
+/* A group of in-place offloads: items [i, j), their views, the event
+ * recorded after their copy (its parity), and a failure to launch. */
+typedef struct off_grp {
+	size_t i, j;
+	kvl__view *v;
+	uint32_t ev;
+	int err;
+} off_grp;
+
+/* Reserves store memory for the group's pages and launches their copy. */
+static void grp_start(kvl_linker *lk, lk_req *r, lk_item **items, off_grp *g)
+{
+	kvl_store *st = lk->store;
+	kvl__chunk *ch = kvl__copier_chunks(lk->gpu->off);
+	size_t n_ch = 0;
+	for (size_t k = g->i; k < g->j; k++) {
+		const kvl__pool *p = gpu_pool(lk, items[k]->pool);
+		kvl__view *vk = &g->v[k - g->i];
+		int rc = st->ops->reserve(st, st->impl, p->object_size, vk);
+		if (rc == 0 && !vk->pinned) {
+			st->ops->abort(st, st->impl, vk);
+			rc = kvl__fail(&lk->err, KVL_ENOTSUP,
+			               "offload: store memory is not pinned: "
+			               "GPU offloads need mem:?pinned=1");
+		}
+		if (rc) {
+			vk->data = NULL;
+			kvl__lk_req_fail(r, items[k]->page, rc);
+			continue;
+		}
+		n_ch += page_chunks(p, items[k]->slot, (uint8_t *)vk->data,
+		                    ch + n_ch);
+	}
+	g->err = off_launch(lk, n_ch, g->ev);
+}
+
+/* Waits for the group's copy, then seals and commits its objects. */
+static void grp_finish(kvl_linker *lk, lk_req *r, lk_item **items, off_grp *g)
+{
+	kvl_store *st = lk->store;
+	int err = g->err ? g->err : off_sync(lk, g->ev);
+	for (size_t k = g->i; k < g->j; k++) {
+		kvl__view *vk = &g->v[k - g->i];
+		if (!vk->data)
+			continue;
+		if (err) {
+			st->ops->abort(st, st->impl, vk);
+			kvl__lk_req_fail(r, items[k]->page, err);
+			continue;
+		}
+		const kvl__pool *p = gpu_pool(lk, items[k]->pool);
+		seal(lk, p, &r->pages[items[k]->page], (uint8_t *)vk->data);
+		count_put(lk, r, items[k],
+		          st->ops->commit(st, st->impl, items[k]->key, vk));
+	}
+}
+
+/* Objects written in place: reserve store memory, let the GPU fill it,
+ * seal and commit — no staging copy. Two groups are in flight: the GPU
+ * copies one while the CPU finishes the other. */
+static void offload_in_place(kvl_linker *lk, lk_req *r, lk_item **items,
+                             size_t n)
+{
+	size_t half = lk->opts.io_batch / 2 ? lk->opts.io_batch / 2 : 1;
+	size_t max = half < GPU_OFF_GROUP ? half : GPU_OFF_GROUP;
+	off_grp grp[2];
+	int live[2] = {0, 0};
+	size_t i = 0;
+	for (unsigned t = 0; i < n || live[0] || live[1]; t++) {
+		off_grp *cur = &grp[t % 2], *prev = &grp[(t + 1) % 2];
+		if (i < n) {
+			*cur = (off_grp){.i = i, .v = lk->gpu->off_views +
+			                               (t % 2) * half,
+			                 .ev = t % 2};
+			cur->j = off_group(lk, items, i, n, SIZE_MAX, max);
+			grp_start(lk, r, items, cur);
+			live[t % 2] = 1;
+			i = cur->j;
+		}
+		if (live[(t + 1) % 2]) {
+			grp_finish(lk, r, items, prev);
+			live[(t + 1) % 2] = 0;
+		}
+	}
+}
+
+/* Objects gathered into pinned staging, then put like any other. */
+static void offload_staged(kvl_linker *lk, lk_req *r, lk_item **items,
+                           size_t n)
 {
 	lk_gpu *g = lk->gpu;
-	if (event && kvl__copier_after(g->off, event)) {
-		for (size_t i = 0; i < n; i++)
-			kvl__lk_req_fail(r, items[i]->page, KVL_EIO);
-		kvl__fail(&lk->err, KVL_EIO, "offload: waiting for the event: %s",
-		          kvl__cuda_last_error());
-		return;
-	}
-	size_t i = 0;
-	while (i < n) {
-		/* As many items as fit in staging and one chunk list. */
-		size_t used = 0, n_ch = 0, j = i;
+	for (size_t i = 0, j; i < n; i = j) {
+		j = off_group(lk, items, i, n, g->staging_len,
+		              lk->opts.io_batch);
 		kvl__chunk *ch = kvl__copier_chunks(g->off);
-		while (j < n) {
-			const kvl__pool *p = gpu_pool(lk, items[j]->pool);
-			if (used + p->object_size > g->staging_len ||
-			    n_ch + p->max_pieces > g->max_chunks ||
-			    j - i == lk->opts.io_batch)
-				break;
-			uint8_t *obj = g->staging + used;
-			for (uint32_t k = 0; k < p->max_pieces; k++) {
-				const kvl_buffer *b = &p->ordered[k]->b;
-				ch[n_ch++] = (kvl__chunk){
-					.src = (char *)b->base +
-					       items[j]->slot * b->page_stride,
-					.dst = obj + p->header_size,
-					.len = b->page_bytes};
-				obj += b->page_bytes;
-			}
-			used += (p->object_size + 63) & ~(size_t)63;
-			j++;
+		size_t n_ch = 0, off = 0;
+		for (size_t k = i; k < j; k++) {
+			const kvl__pool *p = gpu_pool(lk, items[k]->pool);
+			n_ch += page_chunks(p, items[k]->slot, g->staging + off,
+			                    ch + n_ch);
+			off += (p->object_size + 63) & ~(size_t)63;
 		}
-		int err = kvl__copier_launch(g->off, n_ch) ||
-		                  kvl__copier_record(g->off, 0) ||
-		                  kvl__copier_sync(g->off, 0)
-		          ? KVL_EIO
-		          : 0;
-		if (err)
-			kvl__fail(&lk->err, err, "offload: GPU copy failed: %s",
-			          kvl__cuda_last_error());
-		size_t off = 0, w = 0;
+		int err = off_launch(lk, n_ch, 0);
+		if (!err)
+			err = off_sync(lk, 0);
+		size_t w = 0;
+		off = 0;
 		for (size_t k = i; k < j; k++) {
 			const kvl__pool *p = gpu_pool(lk, items[k]->pool);
 			uint8_t *obj = g->staging + off;
@@ -403,12 +557,7 @@ void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
 				kvl__lk_req_fail(r, items[k]->page, err);
 				continue;
 			}
-			uint64_t sums[p->n_layers];
-			for (uint32_t li = 0; li < p->n_layers; li++)
-				sums[li] = kvl__object_layer_sum(
-					p, &p->layers[li], obj);
-			kvl__obj_id id = kvl__page_id(p, &r->pages[items[k]->page]);
-			kvl__obj_header_write(obj, &id, sums);
+			seal(lk, p, &r->pages[items[k]->page], obj);
 			g->off_iov[w] = (kvl_iov){.addr = obj,
 			                          .len = p->object_size};
 			g->off_counts[w] = 1;
@@ -418,19 +567,26 @@ void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
 		int rc = w ? kvl_store_put(lk->store, g->off_keyp, w, g->off_iov,
 		                           g->off_counts, g->off_res)
 		           : 0;
-		for (size_t k = 0; k < w; k++) {
-			int res = rc ? rc : g->off_res[k];
-			const kvl__pool *p = gpu_pool(lk, g->off_items[k]->pool);
-			if (res < 0) {
-				kvl__lk_req_fail(r, g->off_items[k]->page, res);
-			} else if (res == KVL_PUT_PRESENT) {
-				KVL__COUNT(&lk->stats, present_pages, 1);
-			} else {
-				KVL__COUNT(&lk->stats, offloaded_pages, 1);
-				KVL__COUNT(&lk->stats, offloaded_bytes,
-				           p->object_size);
-			}
-		}
-		i = j;
+		for (size_t k = 0; k < w; k++)
+			count_put(lk, r, g->off_items[k], rc ? rc : g->off_res[k]);
 	}
+}
+
+/* Copies n offload items (absent from the store) of GPU pools, after the
+ * engine's event. */
+void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
+                         size_t n, void *event)
+{
+	lk_gpu *g = lk->gpu;
+	if (event && kvl__copier_after(g->off, event)) {
+		kvl__fail(&lk->err, KVL_EIO, "offload: waiting for the event: %s",
+		          kvl__cuda_last_error());
+		for (size_t i = 0; i < n; i++)
+			kvl__lk_req_fail(r, items[i]->page, KVL_EIO);
+		return;
+	}
+	if (lk->store->ops->reserve)
+		offload_in_place(lk, r, items, n);
+	else
+		offload_staged(lk, r, items, n);
 }

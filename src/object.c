@@ -83,13 +83,15 @@ void kvl__obj_header_write(uint8_t *dst, const kvl__obj_id *id,
 	size_t size = kvl__obj_header_size(id->n_layers);
 	memset(dst, 0, size);
 	memcpy(dst, obj_magic, 4);
-	kvl__put_u32le(dst + 4, KVL__OBJ_VERSION);
+	dst[4] = (uint8_t)KVL__OBJ_VERSION;
+	dst[5] = (uint8_t)(KVL__OBJ_VERSION >> 8);
+	dst[6] = layer_sums ? 0 : KVL__OBJ_UNSUMMED;
 	kvl__put_u32le(dst + 8, id->n_layers);
 	kvl__put_u32le(dst + 12, (uint32_t)size);
 	memcpy(dst + 16, id->fp, KVL__FP_BYTES);
 	memcpy(dst + 32, id->page->bytes, KVL_HASH_BYTES);
 	kvl__put_u64le(dst + 64, id->payload_len);
-	for (uint32_t i = 0; i < id->n_layers; i++)
+	for (uint32_t i = 0; layer_sums && i < id->n_layers; i++)
 		kvl__put_u64le(dst + 72 + 8 * (size_t)i, layer_sums[i]);
 	size_t body = 72 + 8 * (size_t)id->n_layers;
 	kvl__put_u64le(dst + body, kvl__checksum(dst, body, KVL__CHECKSUM_SEED));
@@ -113,8 +115,10 @@ int kvl__obj_header_check(const uint8_t *src, size_t len,
 		bad = "header truncated";
 	else if (memcmp(src, obj_magic, 4) != 0)
 		bad = "bad magic";
-	else if (kvl__get_u32le(src + 4) != KVL__OBJ_VERSION)
+	else if ((src[4] | src[5] << 8) != KVL__OBJ_VERSION)
 		bad = "unknown format version";
+	else if ((src[6] | src[7] << 8) & ~KVL__OBJ_UNSUMMED)
+		bad = "unknown flags";
 	else if (kvl__get_u64le(src + body) !=
 	         kvl__checksum(src, body, KVL__CHECKSUM_SEED))
 		bad = "header checksum mismatch";

@@ -4,7 +4,8 @@
  *
  * Header, all integers little-endian:
  *   0   magic "KVLO"
- *   4   u32 format version (1)
+ *   4   u16 format version (1)
+ *   6   u16 flags: bit 0 = the layers are not summed (sums are zero)
  *   8   u32 number of layers n
  *   12  u32 header size (this header, padded to 64 bytes)
  *   16  16 bytes pool fingerprint
@@ -38,8 +39,12 @@ typedef struct kvl__obj_id {
 	uint32_t n_layers;
 } kvl__obj_id;
 
+#define KVL__OBJ_UNSUMMED 0x1u
+
 /* Writes a header for `id` with the given per-layer checksums into dst
- * (kvl__obj_header_size(id->n_layers) bytes). */
+ * (kvl__obj_header_size(id->n_layers) bytes). layer_sums NULL writes an
+ * unsummed object: for trusted stores (the process's own memory), where
+ * summing would only cost time; an untrusted reader refuses such objects. */
 void kvl__obj_header_write(uint8_t *dst, const kvl__obj_id *id,
                            const uint64_t *layer_sums);
 
@@ -48,11 +53,17 @@ void kvl__obj_header_write(uint8_t *dst, const kvl__obj_id *id,
 int kvl__obj_header_check(const uint8_t *src, size_t len,
                           const kvl__obj_id *id, const char **why);
 
-/* The stored checksum of layer index i (0-based, in layer order) of a header
- * that passed kvl__obj_header_check. */
-static inline uint64_t kvl__obj_layer_sum(const uint8_t *hdr, uint32_t i)
+/* Whether layer index i (0-based, in layer order) of an object whose header
+ * passed kvl__obj_header_check has checksum `actual`: 0, or KVL_ECORRUPT
+ * when it differs or the object carries no checksums. */
+static inline int kvl__obj_layer_ok(const uint8_t *hdr, uint32_t i,
+                                    uint64_t actual)
 {
-	return kvl__get_u64le(hdr + 72 + 8 * (size_t)i);
+	if ((hdr[6] | hdr[7] << 8) & KVL__OBJ_UNSUMMED)
+		return KVL_ECORRUPT;
+	return kvl__get_u64le(hdr + 72 + 8 * (size_t)i) == actual
+	               ? 0
+	               : KVL_ECORRUPT;
 }
 
 #endif /* KVL_OBJECT_H */

@@ -52,15 +52,13 @@ uint64_t kvl__object_layer_sum(const kvl__pool *p, const kvl__layer *ly,
 }
 
 void kvl__page_header(const kvl__pool *p, const kvl_hash *page, size_t slot,
-                      uint8_t *hdr)
+                      int summed, uint8_t *hdr)
 {
-	/* Sums go straight into the header's table, then the header is
-	 * written around them. */
 	uint64_t sums[p->n_layers > 0 ? p->n_layers : 1];
-	for (uint32_t i = 0; i < p->n_layers; i++)
+	for (uint32_t i = 0; summed && i < p->n_layers; i++)
 		sums[i] = kvl__layer_sum(p, &p->layers[i], slot);
 	kvl__obj_id id = kvl__page_id(p, page);
-	kvl__obj_header_write(hdr, &id, sums);
+	kvl__obj_header_write(hdr, &id, summed ? sums : NULL);
 }
 
 size_t kvl__page_pieces(const kvl__pool *p, const uint8_t *hdr, size_t slot,
@@ -184,7 +182,7 @@ int kvl_pages_put(kvl_store *store, const kvl_layout *layout, int pool,
 			continue;
 		}
 		uint8_t *hdr = s.hdrs + m * p->header_size;
-		kvl__page_header(p, &pages[i], slots[i], hdr);
+		kvl__page_header(p, &pages[i], slots[i], !store->trusted, hdr);
 		s.counts[m] = kvl__page_pieces(p, hdr, slots[i], iov + n_iov);
 		n_iov += s.counts[m];
 		char *key = s.keys + m * KVL_KEY_MAX;
@@ -266,10 +264,11 @@ int kvl_pages_get(kvl_store *store, const kvl_layout *layout, int pool,
 		                                   &why);
 		for (uint32_t li = first;
 		     li < first + count && !results[i] && !store->trusted; li++)
-			if (kvl__layer_sum(p, &p->layers[li], slots[i]) !=
-			    kvl__obj_layer_sum(hdr, li)) {
+			if (kvl__obj_layer_ok(hdr, li,
+			                      kvl__layer_sum(p, &p->layers[li],
+			                                     slots[i]))) {
 				results[i] = KVL_ECORRUPT;
-				why = "layer checksum mismatch";
+				why = "layer checksum mismatch (or none)";
 			}
 		if (results[i])
 			kvl__fail(&store->err, results[i],

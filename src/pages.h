@@ -22,9 +22,10 @@ uint64_t kvl__object_layer_sum(const kvl__pool *p, const kvl__layer *ly,
                                const uint8_t *obj);
 
 /* Writes the header of page `page` stored from slot `slot` into hdr
- * (p->header_size bytes), summing every layer of the slot. */
+ * (p->header_size bytes), summing every layer of the slot when `summed`
+ * (stores that are not trusted; see kvl__obj_header_write). */
 void kvl__page_header(const kvl__pool *p, const kvl_hash *page, size_t slot,
-                      uint8_t *hdr);
+                      int summed, uint8_t *hdr);
 
 /* The pieces that store page `slot` as an object: the header, then every
  * layer's components in payload order (1 + p->max_pieces entries). */

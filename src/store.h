@@ -86,6 +86,16 @@ typedef struct kvl_store_ops {
 	            size_t n, struct kvl__view *views, int *results);
 	void (*release)(kvl_store *store, void *impl, struct kvl__view *views,
 	                size_t n);
+	/* Optional put in place: reserve hands out writable memory for a new,
+	 * invisible object of len bytes (`pinned` as for peek); commit makes
+	 * it visible under key and returns KVL_PUT_STORED, KVL_PUT_PRESENT
+	 * (the key appeared meanwhile; the reservation is dropped) or <0
+	 * (dropped too); abort drops it. NULL when the backend cannot. */
+	int (*reserve)(kvl_store *store, void *impl, uint64_t len,
+	               struct kvl__view *out);
+	int (*commit)(kvl_store *store, void *impl, const char *key,
+	              struct kvl__view *v);
+	void (*abort)(kvl_store *store, void *impl, struct kvl__view *v);
 } kvl_store_ops;
 
 typedef struct kvl__view {
@@ -104,5 +114,6 @@ struct kvl_store {
 
 extern const kvl_store_ops kvl__store_mem_ops;
 extern const kvl_store_ops kvl__store_fault_ops;
+extern const kvl_store_ops kvl__store_redis_ops; /* when KVL_HAVE_REDIS */
 
 #endif /* KVL_STORE_H */

@@ -1,6 +1,8 @@
 /*
- * store_mem.c — the embedded store (scheme "mem"): an LRU object cache in
- * this process's memory, bounded by a byte capacity.
+ * store_mem.c — the embedded store (scheme "mem"): an object cache in this
+ * process's memory, bounded by a byte capacity (option capacity=) and
+ * optionally by a number of objects (max_objects=N: at most N, exactly),
+ * with a choice of eviction policy (policy=).
  *
  * An object is a record (struct mem_obj: links, hash, lengths, then the key)
  * and a separate payload allocation (64-byte aligned). Records come from a
@@ -9,8 +11,25 @@
  * rarely misses the TLB; a record that fits no class is malloc'ed. An
  * open-addressing hash table (linear probing, backward-shift deletion, no
  * tombstones) maps keys to records; each slot keeps the key's 64-bit hash so
- * probes compare hashes before keys. A doubly linked list orders the objects
- * from most to least recently used.
+ * probes compare hashes before keys. The eviction policy keeps the objects
+ * on one or two doubly linked lists, most recent first:
+ *
+ *  - lru: exact LRU on one list.
+ *  - slru (the default): segmented LRU for prefix caches. A new object goes
+ *    to the head of the probation list; a hit there promotes it to the head
+ *    of the protected list (a hit on protected moves it to its head). The
+ *    protected list holds at most 90 % of the capacity (bytes, and objects
+ *    under max_objects); beyond that its tail is demoted to the probation
+ *    head. Eviction takes the probation tail, or the protected tail when
+ *    probation is empty. The hashes of keys evicted from probation are
+ *    remembered in a ghost list (evict.c) of at most 2 x max_objects
+ *    entries (2 x the objects held when there is no max_objects); a key
+ *    stored again while remembered goes straight to protected. Why: in
+ *    prefix-cache traffic most pages are never read again (a request's own
+ *    tail), while a page read once (a shared document, a conversation) is
+ *    likely read many more times, often long after it was first stored;
+ *    LRU lets the first kind flush the second. The ghost costs 40 to 80
+ *    bytes per remembered key (evict.h), outside the accounted bytes.
  *
  * Accounting: an object costs its payload length + its key length +
  * MEM_OBJ_OVERHEAD (64) bytes, which stands for the record header, the table
@@ -26,9 +45,9 @@
  * fails (KVL_ERANGE, KVL_EFULL, KVL_ENOMEM) count as errors only.
  *
  * Invariants (all under `mu`):
- *  - An object is "linked" when it is in the table and the LRU list; only
- *    linked objects are visible. Objects are immutable once linked: only
- *    their list links, `readers` and `linked` ever change.
+ *  - An object is "linked" when it is in the table and on a policy list;
+ *    only linked objects are visible. Objects are immutable once linked: only
+ *    their list links and `seg`, `readers` and `linked` ever change.
  *  - used <= capacity; pinned <= used. `pinned` is the cost of objects with
  *    readers > 0 (linked or not).
  *  - An object is freed exactly when it is unlinked and has no readers: by
@@ -39,24 +58,31 @@
  *  - Get pins (readers++) under the lock, copies outside it, unpins under
  *    it: a pinned object may be unlinked (invisible at once) but its memory
  *    stays until the unpin.
- *  - LRU is exact: an object moves to the head when stored, found by exists
- *    or read by get (a put that finds the key present does not move it).
- *    To make room, objects are unlinked from the tail until the new one fits.
- *    A pinned object at the tail is unlinked too but its bytes stay counted
- *    until it is freed; when the pinned bytes alone leave no room the put
- *    fails with KVL_EFULL and nothing is evicted.
+ *  - A policy sees an object when it is stored (link), found by exists,
+ *    read by get or peeked (touch: a put that finds the key present is no
+ *    touch), and when it is unlinked (evicted or removed). With lru, LRU is
+ *    exact: stored and touched objects move to the head.
+ *  - To make room, the policy's victims are unlinked one by one until the
+ *    new object fits in the capacity and, under max_objects, the count
+ *    stays within it. A pinned victim is unlinked too but its bytes stay
+ *    counted until it is freed; when the pinned bytes alone leave no room
+ *    the put fails with KVL_EFULL and nothing is evicted.
+ *  - slru: prot_bytes and prot_count are the cost and number of objects on
+ *    the protected list; the probation list is every other linked object.
  *
- * Locking: `mu` guards the table, the list, the counters and every object's
- * mutable fields. `slab.mu` (a leaf lock, never held with `mu`) guards the
- * slab's free lists and chunks. Hashing, payload copies, allocation and
- * freeing happen outside `mu`; get and exists allocate nothing and take `mu`
- * once or twice per MEM_CHUNK keys. The table doubles under `mu` (on put)
- * when it is 3/4 full.
+ * Locking: `mu` guards the table, the policy's lists and ghost, the counters
+ * and every object's mutable fields. `slab.mu` (a leaf lock, never held with
+ * `mu`) guards the slab's free lists and chunks. Hashing, payload copies,
+ * allocation and freeing happen outside `mu`; get and exists allocate
+ * nothing and take `mu` once or twice per MEM_CHUNK keys. The table doubles
+ * under `mu` (on put) when it is 3/4 full, and so do the ghost's ring and
+ * table (on an eviction) when full.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "evict.h"
 #include "hostmem.h"
 #include "store.h"
 
@@ -106,6 +132,7 @@ struct mem_obj {
 	uint16_t key_len;       /* immutable */
 	uint8_t linked;         /* in the table and the list (mu) */
 	uint8_t cls;            /* size class, or MEM_CLS_MALLOC; immutable */
+	uint8_t seg;            /* the policy's list it is on (mu) */
 	char key[];             /* key_len bytes and a NUL */
 };
 
@@ -145,8 +172,14 @@ struct mem_store {
 	struct mem_slot *slots; /* mask + 1 slots (mu) */
 	size_t mask;
 	size_t count;          /* linked objects (mu) */
-	struct mem_obj *head;  /* most recently used (mu) */
-	struct mem_obj *tail;  /* least recently used (mu) */
+	struct mem_list {
+		struct mem_obj *head; /* most recent (mu) */
+		struct mem_obj *tail; /* least recent (mu) */
+	} list[2];             /* the policy's lists, by seg */
+	const struct mem_policy *policy; /* immutable */
+	uint64_t max_objects;  /* 0: no limit; immutable */
+	uint64_t prot_bytes, prot_count; /* (mu) slru: on the protected list */
+	kvl__ghost ghost;      /* (mu) slru: keys evicted from probation */
 	uint64_t capacity;     /* immutable */
 	uint64_t used;         /* (mu) see above */
 	uint64_t pinned;       /* (mu) */
@@ -341,44 +374,165 @@ static int mem_grow(struct mem_store *m)
 	return 0;
 }
 
-static void mem_lru_remove(struct mem_store *m, struct mem_obj *o)
+/* ------------------------------------------------- eviction policies (mu) */
+
+/* An eviction policy: where stored and touched objects go on the lists,
+ * and which object goes next. Every hook runs under mu. */
+struct mem_policy {
+	const char *name;
+	void (*link)(struct mem_store *m, struct mem_obj *o);  /* stored */
+	void (*touch)(struct mem_store *m, struct mem_obj *o); /* a hit */
+	/* o leaves its list; `evicted`: to make room (else removed). */
+	void (*unlink)(struct mem_store *m, struct mem_obj *o, int evicted);
+	struct mem_obj *(*victim)(const struct mem_store *m); /* next to go */
+};
+
+static void mem_list_remove(struct mem_store *m, struct mem_obj *o)
 {
+	struct mem_list *l = &m->list[o->seg];
 	if (o->newer)
 		o->newer->older = o->older;
 	else
-		m->head = o->older;
+		l->head = o->older;
 	if (o->older)
 		o->older->newer = o->newer;
 	else
-		m->tail = o->newer;
+		l->tail = o->newer;
 }
 
-static void mem_lru_push(struct mem_store *m, struct mem_obj *o)
+static void mem_list_push(struct mem_store *m, struct mem_obj *o, uint8_t seg)
 {
+	struct mem_list *l = &m->list[seg];
+	o->seg = seg;
 	o->newer = NULL;
-	o->older = m->head;
-	if (m->head)
-		m->head->newer = o;
+	o->older = l->head;
+	if (l->head)
+		l->head->newer = o;
 	else
-		m->tail = o;
-	m->head = o;
+		l->tail = o;
+	l->head = o;
+}
+
+/* lru: one list. */
+static void lru_link(struct mem_store *m, struct mem_obj *o)
+{
+	mem_list_push(m, o, 0);
+}
+
+static void lru_touch(struct mem_store *m, struct mem_obj *o)
+{
+	if (m->list[0].head != o) {
+		mem_list_remove(m, o);
+		mem_list_push(m, o, 0);
+	}
+}
+
+static void lru_unlink(struct mem_store *m, struct mem_obj *o, int evicted)
+{
+	(void)evicted;
+	mem_list_remove(m, o);
+}
+
+static struct mem_obj *lru_victim(const struct mem_store *m)
+{
+	return m->list[0].tail;
+}
+
+/* slru: list 0 is probation, list 1 protected. */
+enum { SLRU_PROBATION = 0, SLRU_PROTECTED = 1 };
+
+/* The limit x - x/10 (90 %) of the protected list, for bytes and count. */
+static inline uint64_t slru_share(uint64_t x)
+{
+	return x - x / 10;
+}
+
+/* Puts o at the protected head, then demotes protected tails to the
+ * probation head while the protected list is over its share. */
+static void slru_protect(struct mem_store *m, struct mem_obj *o)
+{
+	mem_list_push(m, o, SLRU_PROTECTED);
+	m->prot_bytes += mem_cost(o);
+	m->prot_count++;
+	uint64_t max_bytes = slru_share(m->capacity);
+	uint64_t max_count = m->max_objects ? slru_share(m->max_objects)
+	                                    : UINT64_MAX;
+	while (m->prot_bytes > max_bytes || m->prot_count > max_count) {
+		struct mem_obj *d = m->list[SLRU_PROTECTED].tail;
+		mem_list_remove(m, d);
+		m->prot_bytes -= mem_cost(d);
+		m->prot_count--;
+		mem_list_push(m, d, SLRU_PROBATION);
+	}
+}
+
+static void slru_link(struct mem_store *m, struct mem_obj *o)
+{
+	if (kvl__ghost_take(&m->ghost, o->hash))
+		slru_protect(m, o);
+	else
+		mem_list_push(m, o, SLRU_PROBATION);
+}
+
+static void slru_touch(struct mem_store *m, struct mem_obj *o)
+{
+	if (o->seg == SLRU_PROTECTED) {
+		if (m->list[SLRU_PROTECTED].head != o) {
+			mem_list_remove(m, o);
+			mem_list_push(m, o, SLRU_PROTECTED);
+		}
+		return;
+	}
+	mem_list_remove(m, o);
+	slru_protect(m, o);
+}
+
+static void slru_unlink(struct mem_store *m, struct mem_obj *o, int evicted)
+{
+	mem_list_remove(m, o);
+	if (o->seg == SLRU_PROTECTED) {
+		m->prot_bytes -= mem_cost(o);
+		m->prot_count--;
+	} else if (evicted) {
+		/* Out of memory here only makes the ghost forget this key. */
+		uint64_t base = m->max_objects ? m->max_objects : m->count;
+		size_t limit = base > SIZE_MAX / 2 ? SIZE_MAX : (size_t)base * 2;
+		(void)kvl__ghost_add(&m->ghost, o->hash, limit);
+	}
+}
+
+static struct mem_obj *slru_victim(const struct mem_store *m)
+{
+	return m->list[SLRU_PROBATION].tail ? m->list[SLRU_PROBATION].tail
+	                                    : m->list[SLRU_PROTECTED].tail;
+}
+
+static const struct mem_policy mem_policies[] = {
+	{"slru", slru_link, slru_touch, slru_unlink, slru_victim},
+	{"lru", lru_link, lru_touch, lru_unlink, lru_victim},
+};
+#define MEM_POLICY_DEFAULT (&mem_policies[0])
+
+const char *kvl__mem_policy_name(size_t i)
+{
+	return i < sizeof mem_policies / sizeof mem_policies[0]
+	               ? mem_policies[i].name
+	               : NULL;
 }
 
 static inline void mem_touch(struct mem_store *m, struct mem_obj *o)
 {
-	if (m->head != o) {
-		mem_lru_remove(m, o);
-		mem_lru_push(m, o);
-	}
+	m->policy->touch(m, o);
 }
 
-/* Makes o (in slot `slot`) invisible. Without readers it goes onto *dead
- * to be freed after the lock is dropped; else the last unpin frees it. */
+/* Makes o (in slot `slot`) invisible; `evicted` tells the policy why. Without
+ * readers it goes onto *dead to be freed after the lock is dropped; else the
+ * last unpin frees it. */
 static void mem_unlink(struct mem_store *m, struct mem_obj *o, size_t slot,
-                       struct mem_obj **dead)
+                       int evicted, struct mem_obj **dead)
 {
 	mem_slot_delete(m, slot);
-	mem_lru_remove(m, o);
+	m->policy->unlink(m, o, evicted);
 	o->linked = 0;
 	m->count--;
 	if (o->readers == 0) {
@@ -407,20 +561,23 @@ static inline void mem_unpin(struct mem_store *m, struct mem_obj *o,
 	}
 }
 
-/* Evicts from the tail until `need` more bytes fit. KVL_EFULL (nothing
- * evicted) when pinned objects alone leave too little room. */
+/* Evicts the policy's victims until `need` more bytes and, under
+ * max_objects, one more object fit. KVL_EFULL (nothing evicted) when pinned
+ * objects alone leave too little room. */
 static int mem_make_room(struct mem_store *m, uint64_t need,
                          struct mem_obj **dead)
 {
-	if (need <= m->capacity - m->used)
+	uint64_t max = m->max_objects ? m->max_objects : UINT64_MAX;
+	if (need <= m->capacity - m->used && m->count < max)
 		return 0;
 	if (need > m->capacity - m->pinned)
 		return KVL_EFULL;
-	while (need > m->capacity - m->used) {
-		struct mem_obj *v = m->tail;
-		if (!v) /* cannot happen: used > pinned means an unpinned one */
+	while (need > m->capacity - m->used || m->count >= max) {
+		struct mem_obj *v = m->policy->victim(m);
+		if (!v) /* cannot happen: used > pinned means an unpinned one,
+		         * and max >= 1 */
 			return KVL_EFULL;
-		mem_unlink(m, v, mem_slot_of(m, v), dead);
+		mem_unlink(m, v, mem_slot_of(m, v), 1, dead);
 		m->evictions++;
 	}
 	return 0;
@@ -769,19 +926,15 @@ static void mem_release(kvl_store *store, void *impl, kvl__view *views,
 /* ------------------------------------------------------------------- put */
 
 /* A new, filled, unlinked object for key/pieces, or NULL (out of memory). */
-static struct mem_obj *mem_obj_new(struct mem_store *m, const char *key,
-                                   size_t key_len, uint64_t hash,
-                                   const kvl_iov *pc, size_t n_pc, size_t len)
+/* A record for key around payload `data` (len bytes), or NULL. */
+static struct mem_obj *mem_obj_wrap(struct mem_store *m, const char *key,
+                                    size_t key_len, uint64_t hash, void *data,
+                                    size_t len)
 {
-	void *data = NULL;
-	if (len && !(data = kvl__hostmem_alloc(&m->slab.payloads, len)))
-		return NULL;
 	struct mem_obj *o =
 		mem_rec_alloc(&m->slab, sizeof(struct mem_obj) + key_len + 1);
-	if (!o) {
-		kvl__hostmem_free(&m->slab.payloads, data, len);
+	if (!o)
 		return NULL;
-	}
 	o->newer = o->older = NULL;
 	o->hash = hash;
 	o->len = len;
@@ -790,6 +943,21 @@ static struct mem_obj *mem_obj_new(struct mem_store *m, const char *key,
 	o->key_len = (uint16_t)key_len;
 	o->linked = 0;
 	memcpy(o->key, key, key_len + 1);
+	return o;
+}
+
+static struct mem_obj *mem_obj_new(struct mem_store *m, const char *key,
+                                   size_t key_len, uint64_t hash,
+                                   const kvl_iov *pc, size_t n_pc, size_t len)
+{
+	void *data = NULL;
+	if (len && !(data = kvl__hostmem_alloc(&m->slab.payloads, len)))
+		return NULL;
+	struct mem_obj *o = mem_obj_wrap(m, key, key_len, hash, data, len);
+	if (!o) {
+		kvl__hostmem_free(&m->slab.payloads, data, len);
+		return NULL;
+	}
 	size_t at = 0;
 	for (size_t j = 0; j < n_pc; j++) {
 		if (pc[j].len)
@@ -825,7 +993,7 @@ static int mem_insert(struct mem_store *m, struct mem_obj *o,
 	m->slots[s].hash = o->hash;
 	m->slots[s].obj = o;
 	o->linked = 1;
-	mem_lru_push(m, o);
+	m->policy->link(m, o);
 	m->count++;
 	m->used += mem_cost(o);
 	m->puts++;
@@ -934,6 +1102,70 @@ static int mem_put(kvl_store *store, void *impl, const char *const *keys,
 	return 0;
 }
 
+/* ------------------------------------------------- put in place (reserve) */
+
+/* Memory for a new object of len bytes that the caller fills in place. */
+static int mem_reserve(kvl_store *store, void *impl, uint64_t len,
+                       kvl__view *out)
+{
+	struct mem_store *m = impl;
+	if (len == 0 || len > m->capacity)
+		return kvl__fail(&store->err, KVL_ERANGE,
+		                 "reserve: %llu bytes do not fit the capacity of "
+		                 "%llu bytes",
+		                 (unsigned long long)len,
+		                 (unsigned long long)m->capacity);
+	void *data = kvl__hostmem_alloc(&m->slab.payloads, (size_t)len);
+	if (!data)
+		return kvl__fail(&store->err, KVL_ENOMEM,
+		                 "reserve: out of memory for %llu bytes",
+		                 (unsigned long long)len);
+	*out = (kvl__view){.data = data, .len = len,
+	                   .pinned = m->slab.payloads.pinned};
+	return 0;
+}
+
+static void mem_abort(kvl_store *store, void *impl, kvl__view *v)
+{
+	(void)store;
+	struct mem_store *m = impl;
+	kvl__hostmem_free(&m->slab.payloads, (void *)v->data, v->len);
+	v->data = NULL;
+}
+
+/* Makes a reserved object visible under key: KVL_PUT_STORED, PRESENT (the
+ * reservation is dropped) or <0 (dropped too). */
+static int mem_commit(kvl_store *store, void *impl, const char *key,
+                      kvl__view *v)
+{
+	struct mem_store *m = impl;
+	uint64_t h;
+	size_t kl;
+	mem_hash_keys(&key, 1, &h, &kl);
+	struct mem_obj *o = mem_obj_wrap(m, key, kl, h, (void *)v->data,
+	                                 (size_t)v->len);
+	if (!o) {
+		mem_abort(store, impl, v);
+		return kvl__fail(&store->err, KVL_ENOMEM,
+		                 "commit: out of memory");
+	}
+	v->data = NULL;
+	struct mem_obj *dead = NULL;
+	pthread_mutex_lock(&m->mu);
+	int rc = mem_insert(m, o, &dead);
+	if (rc < 0)
+		m->errors++;
+	pthread_mutex_unlock(&m->mu);
+	mem_free_list(m, dead);
+	if (rc < 0) {
+		o->older = NULL;
+		mem_free_list(m, o);
+		kvl__fail(&store->err, rc, "commit: key \"%s\": %s", key,
+		          kvl_strerror(rc));
+	}
+	return rc;
+}
+
 /* ---------------------------------------------------------------- remove */
 
 static int mem_remove(kvl_store *store, void *impl, const char *const *keys,
@@ -955,7 +1187,7 @@ static int mem_remove(kvl_store *store, void *impl, const char *const *keys,
 			int found;
 			size_t s = mem_find(m, h[i], k[i], kl[i], &found);
 			if (found)
-				mem_unlink(m, m->slots[s].obj, s, &dead);
+				mem_unlink(m, m->slots[s].obj, s, 0, &dead);
 			results[base + i] = found;
 		}
 		pthread_mutex_unlock(&m->mu);
@@ -972,13 +1204,15 @@ static void mem_close(void *impl)
 	if (!m)
 		return;
 	/* No call is in progress, so nothing is pinned: every object is
-	 * linked and on the list. */
-	for (struct mem_obj *o = m->head, *next; o; o = next) {
-		next = o->older;
-		kvl__hostmem_free(&m->slab.payloads, o->data, o->len);
-		if (o->cls == MEM_CLS_MALLOC)
-			free(o);
-	}
+	 * linked and on a list. */
+	for (int l = 0; l < 2; l++)
+		for (struct mem_obj *o = m->list[l].head, *next; o; o = next) {
+			next = o->older;
+			kvl__hostmem_free(&m->slab.payloads, o->data, o->len);
+			if (o->cls == MEM_CLS_MALLOC)
+				free(o);
+		}
+	kvl__ghost_free(&m->ghost);
 	mem_slab_destroy(&m->slab);
 	mem_table_free(m->slots, m->mask + 1);
 	pthread_mutex_destroy(&m->mu);
@@ -1007,10 +1241,38 @@ static int mem_open(kvl_store *store, kvl__uri *uri, void **impl, char *errbuf,
 	rc = kvl__uri_bool(uri, "verify", &verify, errbuf, errlen);
 	if (rc < 0)
 		return rc;
+	uint64_t max_objects = 0;
+	rc = kvl__uri_u64(uri, "max_objects", &max_objects, errbuf, errlen);
+	if (rc < 0)
+		return rc;
+	if (rc == 1 && max_objects == 0)
+		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
+		                     "mem: store option max_objects=0: leave it "
+		                     "out for no limit, or allow at least 1 "
+		                     "object");
+	const struct mem_policy *policy = MEM_POLICY_DEFAULT;
+	const char *policy_name = NULL;
+	if (kvl__uri_str(uri, "policy", &policy_name) == 1) {
+		size_t np = sizeof mem_policies / sizeof mem_policies[0], i = 0;
+		while (i < np && strcmp(policy_name, mem_policies[i].name))
+			i++;
+		if (i == np)
+			return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
+			                     "mem: store option policy=%s: "
+			                     "unknown eviction policy (known: "
+			                     "slru, lru)",
+			                     policy_name);
+		policy = &mem_policies[i];
+	}
 	/* Pinned payloads let GPU copies use objects in place; the default
 	 * asks for them whenever this build has CUDA. */
 	int pinned = kvl_has_feature("cuda");
 	rc = kvl__uri_bool(uri, "pinned", &pinned, errbuf, errlen);
+	if (rc < 0)
+		return rc;
+	/* prealloc=1 pins the whole capacity at open (pinned mode only). */
+	int prealloc = 0;
+	rc = kvl__uri_bool(uri, "prealloc", &prealloc, errbuf, errlen);
 	if (rc < 0)
 		return rc;
 
@@ -1026,9 +1288,23 @@ static int mem_open(kvl_store *store, kvl__uri *uri, void **impl, char *errbuf,
 	pthread_mutex_init(&m->slab.mu, NULL);
 	m->mask = MEM_TABLE_MIN - 1;
 	m->capacity = capacity;
+	m->max_objects = max_objects;
+	m->policy = policy;
 	kvl__hostmem_init(&m->slab.payloads, pinned,
 	                  capacity / 16 < MEM_KEEP_MAX ? capacity / 16
 	                                               : MEM_KEEP_MAX);
+	if (prealloc &&
+	    kvl__hostmem_prealloc(&m->slab.payloads, (size_t)capacity)) {
+		kvl__hostmem_destroy(&m->slab.payloads);
+		mem_table_free(m->slots, m->mask + 1);
+		pthread_mutex_destroy(&m->mu);
+		pthread_mutex_destroy(&m->slab.mu);
+		free(m);
+		return kvl__fail_buf(errbuf, errlen, KVL_ENOMEM,
+		                     "mem: cannot pin %llu bytes ahead "
+		                     "(prealloc=1)",
+		                     (unsigned long long)capacity);
+	}
 	store->trusted = !verify;
 	*impl = m;
 	return 0;
@@ -1061,4 +1337,7 @@ const kvl_store_ops kvl__store_mem_ops = {
 	.stats = mem_stats,
 	.peek = mem_peek,
 	.release = mem_release,
+	.reserve = mem_reserve,
+	.commit = mem_commit,
+	.abort = mem_abort,
 };

@@ -1343,9 +1343,21 @@ static void test_header_roundtrip(void **state)
 		assert_int_equal(kvl__obj_header_check(hdr, sizeof hdr, &id,
 		                                       &why),
 		                 KVL_OK);
+		for (uint32_t i = 0; i < n; i++) {
+			assert_int_equal(kvl__obj_layer_ok(
+				hdr, i, 0x1111111111111111ull * (i + 1)), 0);
+			assert_int_equal(kvl__obj_layer_ok(
+				hdr, i, 0x1111111111111111ull * (i + 2)),
+				KVL_ECORRUPT);
+		}
+		/* Unsummed (trusted stores): a valid header whose layers no
+		 * untrusted reader accepts. */
+		kvl__obj_header_write(hdr, &id, NULL);
+		assert_int_equal(kvl__obj_header_check(hdr, size, &id, &why),
+		                 KVL_OK);
 		for (uint32_t i = 0; i < n; i++)
-			assert_int_equal(kvl__obj_layer_sum(hdr, i),
-			                 0x1111111111111111ull * (i + 1));
+			assert_int_equal(kvl__obj_layer_ok(hdr, i, 0),
+			                 KVL_ECORRUPT);
 	}
 }
 
@@ -1393,6 +1405,10 @@ static void test_header_corrupt(void **state)
 	kvl__put_u32le(bad + 4, KVL__OBJ_VERSION + 1);
 	reseal(bad, n);
 	expect_corrupt(bad, size, &id, "version");
+	memcpy(bad, hdr, size);
+	bad[6] = 0x2; /* a flag this version does not know */
+	reseal(bad, n);
+	expect_corrupt(bad, size, &id, "flags");
 	memcpy(bad, hdr, size);
 	kvl__put_u32le(bad + 8, n + 1);
 	reseal(bad, n);

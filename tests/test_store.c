@@ -79,11 +79,12 @@ struct backend {
 };
 
 static struct backend backends[] = {
-	{ "mem", "mem:?capacity=256MiB", "mem:?capacity=%llu",
+	/* policy=lru: the default policy (slru) is not exact LRU. */
+	{ "mem", "mem:?capacity=256MiB", "mem:?capacity=%llu&policy=lru",
 	  BK_EXACT_LRU | BK_EXACT_STATS | BK_PINNED },
 	/* The fault-injection wrapper with no faults on: a pass-through. */
 	{ "fault+mem", "fault+mem:?capacity=256MiB",
-	  "fault+mem:?capacity=%llu&fault.seed=1",
+	  "fault+mem:?capacity=%llu&fault.seed=1&policy=lru",
 	  BK_EXACT_LRU | BK_EXACT_STATS | BK_PINNED },
 };
 

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "device.h"
 #include "internal.h"
 #include "kvlink.h"
 
@@ -27,14 +28,18 @@ typedef struct bench_opts {
 	uint64_t conversations, turns, system_tokens, turn_tokens;
 	uint64_t slots, seed, compute_us;
 	const char *store_uri;
+	int cuda;                   /* --device cuda: the pool is on GPU 0 */
 	int json;
 	int stats;                  /* print the linker's stats at the end */
 	kvl_stats_format stats_fmt;
 } bench_opts;
 
-/* The engine's KV pool: [slots][layers][K,V][page bytes], host memory. */
+/* The engine's KV pool: [slots][layers][K,V][page bytes], in host memory
+ * or on the GPU (then `scratch` stages one slot for filling and checks). */
 typedef struct bench_pool {
 	uint8_t *mem;
+	int cuda;
+	uint8_t *scratch;
 	size_t comp_bytes;
 	size_t slot_bytes;
 } bench_pool;
@@ -79,6 +84,30 @@ static int page_ok(const uint8_t *src, size_t len, const kvl_hash *h)
 	return 1;
 }
 
+/* Writes page h's bytes into a slot of the pool, wherever it lives. */
+static int slot_fill(bench_pool *bp, size_t slot, const kvl_hash *h)
+{
+	uint8_t *at = bp->mem + slot * bp->slot_bytes;
+	if (!bp->cuda) {
+		fill_page(at, bp->slot_bytes, h);
+		return 0;
+	}
+	fill_page(bp->scratch, bp->slot_bytes, h);
+	return kvl__dev_copy(at, bp->scratch, bp->slot_bytes);
+}
+
+/* 1 if a slot of the pool holds page h's bytes. */
+static int slot_ok(bench_pool *bp, size_t slot, const kvl_hash *h)
+{
+	const uint8_t *at = bp->mem + slot * bp->slot_bytes;
+	if (bp->cuda) {
+		if (kvl__dev_copy(bp->scratch, at, bp->slot_bytes))
+			return 0;
+		at = bp->scratch;
+	}
+	return page_ok(at, bp->slot_bytes, h);
+}
+
 static int build_layout(const bench_opts *o, bench_pool *bp, kvl_layout **out)
 {
 	char err[256];
@@ -99,7 +128,7 @@ static int build_layout(const bench_opts *o, bench_pool *bp, kvl_layout **out)
 				.page_stride = bp->slot_bytes,
 				.page_bytes = bp->comp_bytes,
 				.num_pages = o->slots,
-				.mem = KVL_MEM_HOST};
+				.mem = bp->cuda ? KVL_MEM_CUDA : KVL_MEM_HOST};
 			rc = kvl_layout_add_buffer(l, pool, c ? "v" : "k",
 			                           (uint32_t)layer, &b);
 		}
@@ -115,10 +144,20 @@ static int build_layout(const bench_opts *o, bench_pool *bp, kvl_layout **out)
 	return 0;
 }
 
-/* Single-thread memcpy of whole page-sized pieces: the same-run baseline. */
+/* The same-run baseline: single-thread memcpy of whole page-sized pieces
+ * into host pools; one large pinned host-to-device copy (the PCIe ceiling)
+ * into GPU pools. */
 static double memcpy_gbps(const bench_pool *pool, const uint8_t *src,
                           const bench_opts *o)
 {
+	if (pool->cuda) {
+		size_t len = o->slots * pool->slot_bytes;
+		kvl__dev_copy(pool->mem, src, len); /* warm */
+		uint64_t t0 = kvl__now_ns();
+		for (int pass = 0; pass < 3; pass++)
+			kvl__dev_copy(pool->mem, src, len);
+		return 3.0 * (double)len / (double)(kvl__now_ns() - t0);
+	}
 	uint64_t bytes = 0, t0 = kvl__now_ns();
 	for (int pass = 0; pass < 3; pass++)
 		for (uint64_t s = 0; s < o->slots; s++) {
@@ -229,8 +268,7 @@ static int load_and_forward(bench_ctx *c, const kvl_hash *h, size_t hit,
 		t->failed_loads++;
 	/* Every page reported valid must hold exactly its bytes. */
 	for (size_t i = 0; i < done.valid_pages; i++)
-		if (!page_ok(c->pool->mem + slots[i] * c->pool->slot_bytes,
-		             c->pool->slot_bytes, &h[i]))
+		if (!slot_ok(c->pool, slots[i], &h[i]))
 			t->bad_pages++;
 	t->lost_pages += hit - done.valid_pages;
 	t->loaded_pages += done.valid_pages;
@@ -267,8 +305,7 @@ static int run_turn(bench_ctx *c, const kvl_hash *h, size_t n)
 	size_t valid = t->hit_pages - valid_before;
 	/* Prefill what was not restored, then offload it. */
 	for (size_t i = valid; i < n && rc == 0; i++)
-		fill_page(c->pool->mem + slots[i] * c->pool->slot_bytes,
-		          c->pool->slot_bytes, &h[i]);
+		rc = slot_fill(c->pool, slots[i], &h[i]);
 	if (rc == 0 && valid < n) {
 		uint64_t id = c->next_id++;
 		const size_t *sl[1] = {slots + valid};
@@ -323,7 +360,8 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 	                 t->first_layer_ns;
 	double overlap = ideal ? (double)t->fwd_ns / (double)ideal : 0;
 	if (o->json) {
-		printf("{\"store\":\"%s\",\"page_bytes\":%zu,\"pages\":%llu,"
+		printf("{\"store\":\"%s\",\"device\":\"%s\","
+		       "\"page_bytes\":%zu,\"pages\":%llu,"
 		       "\"hit_pages\":%llu,\"hit_ratio\":%.4f,"
 		       "\"loaded_pages\":%llu,\"offloaded_pages\":%llu,"
 		       "\"failed_loads\":%llu,\"failed_offloads\":%llu,"
@@ -335,7 +373,8 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 		       "\"forward_ms\":%.3f,\"forward_vs_ideal\":%.4f,"
 		       "\"lookup_us\":%.2f,\"evictions\":%llu,"
 		       "\"wall_s\":%.3f,\"verified\":%s}\n",
-		       o->store_uri, slot_bytes, (unsigned long long)t->pages,
+		       o->store_uri, o->cuda ? "cuda" : "host", slot_bytes,
+		       (unsigned long long)t->pages,
 		       (unsigned long long)t->hit_pages, hit_ratio,
 		       (unsigned long long)t->loaded_pages,
 		       (unsigned long long)t->offloaded_pages,
@@ -354,9 +393,11 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 		       t->bad_pages ? "false" : "true");
 		return;
 	}
-	printf("kvlink bench: %llu conversations x %llu turns on %s\n",
+	printf("kvlink bench: %llu conversations x %llu turns on %s, pool in "
+	       "%s memory\n",
 	       (unsigned long long)o->conversations,
-	       (unsigned long long)o->turns, o->store_uri);
+	       (unsigned long long)o->turns, o->store_uri,
+	       o->cuda ? "GPU" : "host");
 	printf("  model          %llu layers, %llu KV heads x %llu, %llu-byte "
 	       "dtype, page %llu tokens = %.2f MiB\n",
 	       (unsigned long long)o->layers, (unsigned long long)o->kv_heads,
@@ -368,9 +409,10 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 	       "%.1f %%)\n",
 	       (unsigned long long)t->pages, (unsigned long long)t->hit_pages,
 	       100 * hit_ratio);
-	printf("  load           %.2f GB/s layer-wise = %.2f x memcpy "
-	       "(%.2f GB/s, single thread, same run)\n",
-	       load, base > 0 ? load / base : 0, base);
+	printf("  load           %.2f GB/s layer-wise = %.2f x %s "
+	       "(%.2f GB/s, same run)\n",
+	       load, base > 0 ? load / base : 0,
+	       o->cuda ? "the PCIe ceiling" : "single-thread memcpy", base);
 	printf("  offload        %llu pages stored, %.2f GB/s\n",
 	       (unsigned long long)t->offloaded_pages, off);
 	printf("  overlap        forward %.1f ms vs max(load %.1f, compute "
@@ -401,8 +443,12 @@ static int run_bench(const bench_opts *o)
 	                  o->dtype_bytes;
 	pool.slot_bytes = pool.comp_bytes * 2 * o->layers;
 	size_t pool_bytes = pool.slot_bytes * o->slots;
-	pool.mem = aligned_alloc(64, pool_bytes);
-	uint8_t *copy_src = aligned_alloc(64, pool_bytes);
+	pool.cuda = o->cuda;
+	pool.mem = o->cuda ? kvl__dev_alloc(pool_bytes)
+	                   : aligned_alloc(64, pool_bytes);
+	pool.scratch = o->cuda ? malloc(pool.slot_bytes) : NULL;
+	uint8_t *copy_src = o->cuda ? kvl__dev_host_alloc(pool_bytes)
+	                            : aligned_alloc(64, pool_bytes);
 	kvl_layout *layout = NULL;
 	kvl_store *st = NULL;
 	uint64_t *tokens = NULL;
@@ -410,12 +456,13 @@ static int run_bench(const bench_opts *o)
 	bench_ctx c = {.o = o, .pool = &pool};
 	int rc = 1;
 	char err[512];
-	if (!pool.mem || !copy_src) {
-		fprintf(stderr, "kvlink bench: cannot allocate 2 x %zu bytes\n",
-		        pool_bytes);
+	if (!pool.mem || !copy_src || (o->cuda && !pool.scratch)) {
+		fprintf(stderr, "kvlink bench: cannot allocate 2 x %zu bytes%s\n",
+		        pool_bytes, o->cuda ? " (GPU and pinned host)" : "");
 		goto out;
 	}
-	memset(pool.mem, 0, pool_bytes);
+	if (!o->cuda)
+		memset(pool.mem, 0, pool_bytes);
 	memset(copy_src, 1, pool_bytes);
 	if (build_layout(o, &pool, &layout))
 		goto out;
@@ -465,8 +512,14 @@ out:
 	kvl_linker_close(c.lk);
 	kvl_store_close(st);
 	kvl_layout_free(layout);
-	free(pool.mem);
-	free(copy_src);
+	if (o->cuda) {
+		kvl__dev_free(pool.mem);
+		kvl__dev_host_free(copy_src);
+	} else {
+		free(pool.mem);
+		free(copy_src);
+	}
+	free(pool.scratch);
 	return rc;
 }
 
@@ -475,6 +528,7 @@ static void bench_usage(FILE *f)
 	fprintf(f,
 	        "usage: kvlink bench [OPTIONS]\n"
 	        "  --store URI          store to use (default mem:?capacity=2GiB)\n"
+	        "  --device host|cuda   where the engine's pool lives (host)\n"
 	        "  --layers N           model layers (32)\n"
 	        "  --kv-heads N         KV heads (8)\n"
 	        "  --head-dim N         head dimension (128)\n"
@@ -531,6 +585,21 @@ int kvl_cmd_bench(int argc, char **argv)
 				return kvl_cli_usage_error(
 					"bench", "--stats takes json or prometheus");
 			o.stats = 1;
+			continue;
+		}
+		if (!strcmp(a, "--device")) {
+			if (++i >= argc || (strcmp(argv[i], "cuda") &&
+			                    strcmp(argv[i], "host")))
+				return kvl_cli_usage_error(
+					"bench", "--device takes host or cuda");
+			o.cuda = !strcmp(argv[i], "cuda");
+			if (o.cuda && !kvl__dev_usable()) {
+				fprintf(stderr, "kvlink bench: --device cuda: %s\n",
+				        kvl_has_feature("cuda")
+				                ? "no usable CUDA device"
+				                : "this kvlink has no CUDA");
+				return 1;
+			}
 			continue;
 		}
 		if (!strcmp(a, "--store")) {

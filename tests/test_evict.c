@@ -1,0 +1,460 @@
+/*
+ * test_evict.c — the embedded store's eviction policies and their ghost
+ * list: the store options policy= and max_objects=, the segmented LRU
+ * (probation, protected, its 90 % share, demotion, the ghost's promotion),
+ * exact LRU under max_objects, and kvl__ghost against a reference model
+ * under random operations.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "evict.h"
+#include "kvlink.h"
+
+#define ASSERT_EQ(actual, expected)                                         \
+	do {                                                                \
+		long long a_ = (long long)(actual);                         \
+		long long e_ = (long long)(expected);                       \
+		if (a_ != e_)                                               \
+			fail_msg("%s == %lld, expected %s == %lld", #actual, \
+			         a_, #expected, e_);                        \
+	} while (0)
+
+/* ------------------------------------------------------------ helpers */
+
+static kvl_store *open_ok(const char *uri)
+{
+	char eb[512];
+	kvl_store *s = NULL;
+	int rc = kvl_store_open(uri, &s, eb, sizeof eb);
+	if (rc)
+		fail_msg("kvl_store_open(\"%s\") == %s: %s", uri,
+		         kvl_err_name(rc), eb);
+	return s;
+}
+
+static void open_fails(const char *uri, const char *needle)
+{
+	char eb[512] = "";
+	kvl_store *s = NULL;
+	int rc = kvl_store_open(uri, &s, eb, sizeof eb);
+	if (rc != KVL_EPARSE)
+		fail_msg("kvl_store_open(\"%s\") == %s, expected KVL_EPARSE",
+		         uri, kvl_err_name(rc));
+	if (!strstr(eb, needle))
+		fail_msg("message \"%s\" does not name \"%s\"", eb, needle);
+	assert_null(s);
+}
+
+static uint8_t payload[100];
+
+static int put1(kvl_store *s, const char *key)
+{
+	kvl_iov iov = {payload, sizeof payload};
+	size_t np = 1;
+	int res = 12345;
+	ASSERT_EQ(kvl_store_put(s, &key, 1, &iov, &np, &res), 0);
+	return res;
+}
+
+static int exists1(kvl_store *s, const char *key)
+{
+	int res = 12345;
+	ASSERT_EQ(kvl_store_exists(s, &key, 1, &res), 0);
+	return res;
+}
+
+static int64_t get1(kvl_store *s, const char *key)
+{
+	uint8_t d[8];
+	kvl_range r = {0, d, sizeof d};
+	size_t nr = 1;
+	int64_t res = 12345;
+	ASSERT_EQ(kvl_store_get(s, &key, 1, &r, &nr, &res), 0);
+	return res;
+}
+
+static kvl_store_stats stats(kvl_store *s)
+{
+	kvl_store_stats st;
+	ASSERT_EQ(kvl_store_stats_get(s, &st), 0);
+	return st;
+}
+
+/* Asserts which of the one-letter keys in `all` are present: `present`
+ * lists them. exists touches, so this is for the end of a test. */
+static void expect_present(kvl_store *s, const char *all, const char *present)
+{
+	for (const char *k = all; *k; k++) {
+		char key[2] = {*k, 0};
+		int want = strchr(present, *k) != NULL;
+		if (exists1(s, key) != want)
+			fail_msg("key %s is %s, expected %s", key,
+			         want ? "absent" : "present",
+			         want ? "present" : "absent");
+	}
+}
+
+/* ------------------------------------------------------------ options */
+
+static void test_options(void **state)
+{
+	(void)state;
+	kvl_store_close(open_ok("mem:?policy=lru"));
+	kvl_store_close(open_ok("mem:?policy=slru&max_objects=3"));
+	kvl_store_close(open_ok("mem:?max_objects=1"));
+	open_fails("mem:?policy=lfu", "policy=lfu");
+	open_fails("mem:?policy=LRU", "unknown eviction policy");
+	open_fails("mem:?max_objects=0", "max_objects=0");
+	open_fails("mem:?max_objects=many", "max_objects=many");
+	open_fails("mem:?max_objects=-1", "max_objects=-1");
+	assert_string_equal(kvl__mem_policy_name(0), "slru");
+	assert_string_equal(kvl__mem_policy_name(1), "lru");
+	assert_null(kvl__mem_policy_name(2));
+}
+
+/* ------------------------------------------------------------------ lru */
+
+/* max_objects bounds the count exactly, whatever the byte capacity. */
+static void test_lru_max_objects(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:?policy=lru&max_objects=3");
+	ASSERT_EQ(put1(s, "a"), KVL_PUT_STORED);
+	ASSERT_EQ(put1(s, "b"), KVL_PUT_STORED);
+	ASSERT_EQ(put1(s, "c"), KVL_PUT_STORED);
+	ASSERT_EQ(exists1(s, "a"), 1);     /* LRU order: b c a */
+	ASSERT_EQ(put1(s, "d"), KVL_PUT_STORED); /* evicts b */
+	ASSERT_EQ(put1(s, "c"), KVL_PUT_PRESENT); /* no touch */
+	ASSERT_EQ(put1(s, "e"), KVL_PUT_STORED); /* evicts c */
+	kvl_store_stats st = stats(s);
+	ASSERT_EQ(st.objects, 3);
+	ASSERT_EQ(st.evictions, 2);
+	expect_present(s, "abcde", "ade");
+	kvl_store_close(s);
+}
+
+/* ----------------------------------------------------------------- slru */
+
+/* A hit (exists or get) promotes to protected; new objects evict each
+ * other on probation. */
+static void test_slru_promotion(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:?max_objects=4"); /* slru: the default */
+	put1(s, "a");
+	put1(s, "b");
+	put1(s, "c");
+	ASSERT_EQ(exists1(s, "a"), 1); /* a → protected */
+	ASSERT_EQ(get1(s, "b"), 8);    /* b → protected */
+	/* Probation: c. Protected: b a. */
+	put1(s, "d");                   /* 4 objects */
+	put1(s, "e");                   /* evicts c */
+	put1(s, "f");                   /* evicts d */
+	put1(s, "g");                   /* evicts e */
+	ASSERT_EQ(stats(s).evictions, 3);
+	expect_present(s, "abcdefg", "abfg");
+	kvl_store_close(s);
+}
+
+/* The protected list holds at most max_objects - max_objects / 10: beyond
+ * that its tail is demoted to the probation head. */
+static void test_slru_demotion_count(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:?max_objects=10");
+	const char *keys = "abcdefghij";
+	for (const char *k = keys; *k; k++) {
+		char key[2] = {*k, 0};
+		put1(s, key);
+	}
+	/* Promote all ten in order: the tenth demotes a (protected holds
+	 * 9), which is then alone on probation. */
+	for (const char *k = keys; *k; k++) {
+		char key[2] = {*k, 0};
+		ASSERT_EQ(exists1(s, key), 1);
+	}
+	put1(s, "x"); /* evicts a */
+	put1(s, "y"); /* evicts x: probation's tail */
+	ASSERT_EQ(stats(s).evictions, 2);
+	expect_present(s, "abcdefghijxy", "bcdefghijy");
+	kvl_store_close(s);
+}
+
+/* The same share in bytes when only the byte capacity limits: objects of
+ * 100 + 1 + 64 bytes, capacity for 10, protected at most 9. */
+static void test_slru_demotion_bytes(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:?capacity=1650");
+	const char *keys = "abcdefghij";
+	for (const char *k = keys; *k; k++) {
+		char key[2] = {*k, 0};
+		put1(s, key);
+	}
+	ASSERT_EQ(stats(s).objects, 10);
+	for (const char *k = keys; *k; k++) {
+		char key[2] = {*k, 0};
+		ASSERT_EQ(exists1(s, key), 1);
+	}
+	put1(s, "x"); /* evicts a, demoted when j was promoted */
+	ASSERT_EQ(stats(s).evictions, 1);
+	expect_present(s, "abcdefghijx", "bcdefghijx");
+	kvl_store_close(s);
+}
+
+/* An object evicted from probation and stored again while the ghost
+ * remembers it goes straight to protected. */
+static void test_slru_ghost(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:?max_objects=3");
+	put1(s, "a");
+	put1(s, "b");
+	put1(s, "c");
+	put1(s, "d"); /* evicts a: remembered */
+	put1(s, "a"); /* evicts b; a → protected */
+	put1(s, "e"); /* evicts c */
+	put1(s, "f"); /* evicts d */
+	put1(s, "g"); /* evicts e */
+	ASSERT_EQ(stats(s).evictions, 5);
+	expect_present(s, "abcdefg", "afg");
+	kvl_store_close(s);
+}
+
+/* Removed objects are not remembered: stored again, they are new. */
+static void test_slru_remove_forgets(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:?max_objects=3");
+	put1(s, "a");
+	put1(s, "b");
+	put1(s, "c");
+	const char *ka = "a";
+	int res;
+	ASSERT_EQ(kvl_store_remove(s, &ka, 1, &res), 0);
+	ASSERT_EQ(res, 1);
+	put1(s, "a"); /* probation, not protected */
+	put1(s, "d"); /* evicts b */
+	put1(s, "e"); /* evicts c */
+	put1(s, "f"); /* evicts a */
+	ASSERT_EQ(stats(s).evictions, 3);
+	expect_present(s, "abcdef", "def");
+	kvl_store_close(s);
+}
+
+/* When probation is empty the protected tail goes. */
+static void test_slru_protected_victim(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:?max_objects=2");
+	put1(s, "a");
+	put1(s, "b");
+	/* Share of 2 is 2: both fit on protected; b is the most recent. */
+	ASSERT_EQ(exists1(s, "a"), 1);
+	ASSERT_EQ(exists1(s, "b"), 1);
+	put1(s, "c"); /* probation empty: evicts a, protected's tail */
+	ASSERT_EQ(stats(s).evictions, 1);
+	expect_present(s, "abc", "bc");
+	kvl_store_close(s);
+}
+
+/* Threads storing, finding, reading and removing keys at once, with
+ * constant eviction: the lists, the protected share and the ghost stay
+ * consistent (under ASan and UBSan this also checks the memory). */
+struct churn {
+	kvl_store *s;
+	unsigned seed;
+	int bad;
+};
+
+static void *churn_main(void *p)
+{
+	struct churn *c = p;
+	uint64_t x = c->seed;
+	uint8_t d[16];
+	for (int i = 0; i < 20000; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		unsigned r = (unsigned)(x >> 33);
+		char key[16];
+		snprintf(key, sizeof key, "k%03u", r % 400);
+		const char *k = key;
+		int res;
+		switch (r % 7) {
+		case 0:
+		case 1:
+		case 2: {
+			kvl_iov iov = {payload, sizeof payload};
+			size_t np = 1;
+			if (kvl_store_put(c->s, &k, 1, &iov, &np, &res) ||
+			    (res != KVL_PUT_STORED && res != KVL_PUT_PRESENT))
+				c->bad++;
+			break;
+		}
+		case 3:
+		case 4:
+			if (kvl_store_exists(c->s, &k, 1, &res) || res < 0)
+				c->bad++;
+			break;
+		case 5: {
+			kvl_range rg = {4, d, sizeof d};
+			size_t nr = 1;
+			int64_t got;
+			if (kvl_store_get(c->s, &k, 1, &rg, &nr, &got) ||
+			    (got != (int64_t)sizeof d && got != KVL_ENOTFOUND))
+				c->bad++;
+			break;
+		}
+		default:
+			if (kvl_store_remove(c->s, &k, 1, &res) || res < 0)
+				c->bad++;
+		}
+	}
+	return NULL;
+}
+
+static void test_slru_threads(void **state)
+{
+	(void)state;
+	/* 100 objects by count, 59 by bytes (168 each). */
+	kvl_store *s = open_ok("mem:?max_objects=100&capacity=10000");
+	struct churn c[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		c[i] = (struct churn){s, 17u + (unsigned)i, 0};
+		ASSERT_EQ(pthread_create(&th[i], NULL, churn_main, &c[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ASSERT_EQ(c[i].bad, 0);
+	}
+	kvl_store_stats st = stats(s);
+	assert_true(st.evictions > 0);
+	assert_true(st.objects <= 100);
+	assert_true(st.bytes <= 10000);
+	ASSERT_EQ(st.bytes, st.objects * 168); /* 100 + 4 + 64 */
+	unsigned present = 0;
+	for (unsigned i = 0; i < 400; i++) {
+		char key[16];
+		snprintf(key, sizeof key, "k%03u", i);
+		present += exists1(s, key) == 1;
+	}
+	ASSERT_EQ(present, st.objects);
+	kvl_store_close(s);
+}
+
+/* ---------------------------------------------------------------- ghost */
+
+static void test_ghost_basic(void **state)
+{
+	(void)state;
+	kvl__ghost g = KVL__GHOST_INIT;
+	ASSERT_EQ(kvl__ghost_take(&g, 1), 0); /* empty, no table yet */
+	ASSERT_EQ(kvl__ghost_add(&g, 1, 10), 0);
+	ASSERT_EQ(kvl__ghost_add(&g, 2, 10), 0);
+	ASSERT_EQ(kvl__ghost_add(&g, 3, 10), 0);
+	ASSERT_EQ(g.count, 3);
+	ASSERT_EQ(kvl__ghost_take(&g, 2), 1);
+	ASSERT_EQ(kvl__ghost_take(&g, 2), 0);
+	ASSERT_EQ(kvl__ghost_take(&g, 4), 0);
+	ASSERT_EQ(g.count, 2);
+	/* Limit: the oldest positions go, taken ones included. */
+	for (uint64_t h = 100; h < 108; h++)
+		ASSERT_EQ(kvl__ghost_add(&g, h, 10), 0);
+	/* Positions now: 1 2(taken) 3 100..107 = 11 > 10 → 1 forgotten. */
+	ASSERT_EQ(kvl__ghost_take(&g, 1), 0);
+	ASSERT_EQ(kvl__ghost_take(&g, 3), 1);
+	/* A re-added hash is as new as its last add. */
+	ASSERT_EQ(kvl__ghost_add(&g, 100, 10), 0);
+	for (uint64_t h = 200; h < 209; h++)
+		ASSERT_EQ(kvl__ghost_add(&g, h, 10), 0);
+	ASSERT_EQ(kvl__ghost_take(&g, 101), 0);
+	ASSERT_EQ(kvl__ghost_take(&g, 100), 1);
+	/* Limit 0 forgets everything. */
+	ASSERT_EQ(kvl__ghost_add(&g, 300, 0), 0);
+	ASSERT_EQ(g.count, 0);
+	ASSERT_EQ(kvl__ghost_take(&g, 208), 0);
+	ASSERT_EQ(kvl__ghost_take(&g, 300), 0);
+	kvl__ghost_free(&g);
+	kvl__ghost_free(&g); /* freeing twice is harmless */
+}
+
+/* Random adds (with repeats and colliding low bits), takes and changing
+ * limits against a plain model: a list of (hash, position) where a hash is
+ * remembered while its newest position is within the last `limit` and it
+ * was not taken since. */
+static void test_ghost_model(void **state)
+{
+	(void)state;
+	enum { OPS = 60000, SPACE = 3000 };
+	uint64_t *ring = calloc(OPS, sizeof *ring);
+	uint64_t *newest = calloc(SPACE, sizeof *newest); /* pos + 1, 0: none */
+	assert_non_null(ring);
+	assert_non_null(newest);
+	kvl__ghost g = KVL__GHOST_INIT;
+	uint64_t x = 42, tail = 0, head = 0;
+	size_t limit = 500;
+	for (int op = 0; op < OPS; op++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		uint64_t r = x >> 33;
+		uint64_t k = r % SPACE;
+		/* Hashes that share their low 20 bits. */
+		uint64_t h = (k << 20) | 0x5a5a5;
+		if (r % 997 == 0)
+			limit = 1 + (size_t)(r % 2000);
+		if (r % 3 == 0) {
+			int want = newest[k] != 0;
+			ASSERT_EQ(kvl__ghost_take(&g, h), want);
+			newest[k] = 0;
+			continue;
+		}
+		ASSERT_EQ(kvl__ghost_add(&g, h, limit), 0);
+		ring[tail] = k;
+		newest[k] = ++tail;
+		while (tail - head > limit) {
+			uint64_t old = ring[head];
+			if (newest[old] == head + 1)
+				newest[old] = 0;
+			head++;
+		}
+		size_t live = 0;
+		if (op % 5000 == 0) {
+			for (size_t i = 0; i < SPACE; i++)
+				live += newest[i] != 0;
+			ASSERT_EQ(g.count, live);
+		}
+	}
+	for (uint64_t k = 0; k < SPACE; k++)
+		ASSERT_EQ(kvl__ghost_take(&g, (k << 20) | 0x5a5a5),
+		          newest[k] != 0);
+	ASSERT_EQ(g.count, 0);
+	kvl__ghost_free(&g);
+	free(ring);
+	free(newest);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_lru_max_objects),
+		cmocka_unit_test(test_slru_promotion),
+		cmocka_unit_test(test_slru_demotion_count),
+		cmocka_unit_test(test_slru_demotion_bytes),
+		cmocka_unit_test(test_slru_ghost),
+		cmocka_unit_test(test_slru_remove_forgets),
+		cmocka_unit_test(test_slru_protected_victim),
+		cmocka_unit_test(test_slru_threads),
+		cmocka_unit_test(test_ghost_basic),
+		cmocka_unit_test(test_ghost_model),
+	};
+	return cmocka_run_group_tests_name("evict", tests, NULL, NULL);
+}
