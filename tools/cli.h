@@ -13,6 +13,7 @@
 int kvl_cmd_hash(int argc, char **argv);
 int kvl_cmd_bench(int argc, char **argv);
 int kvl_cmd_stat(int argc, char **argv);
+int kvl_cmd_replay(int argc, char **argv);
 
 /* Prints the stats of a linker (or, when lk is NULL, of a store) in `fmt`. */
 int kvl_cli_print_stats(kvl_linker *lk, kvl_store *st, kvl_stats_format fmt);

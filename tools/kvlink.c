@@ -19,6 +19,7 @@ static const struct {
 	{"hash", kvl_cmd_hash, "print the page hashes of a token list"},
 	{"bench", kvl_cmd_bench, "offload, look up and load pages; report GB/s"},
 	{"stat", kvl_cmd_stat, "print a store's counters"},
+	{"replay", kvl_cmd_replay, "replay a request trace; report cache hit ratios"},
 };
 
 static void usage(FILE *f)
