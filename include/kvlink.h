@@ -401,6 +401,14 @@ KVL_API void kvl_rank_group_free(kvl_rank_group *group);
  *       pinned: keep objects in pinned, mapped memory for GPU copies
  *       (default 1 in builds with CUDA when a device is usable).
  *       prealloc: pin the whole capacity at open (pinned mode).
+ *   redis://[user:password@]host:port[,host:port…][/db][?options]
+ *       Redis, standalone or Cluster (found out at open; builds with
+ *       kvl_has_feature("redis")). Options: connect_timeout_ms (1000),
+ *       timeout_ms (2000: a node that moves no byte this long fails its
+ *       keys with KVL_EIO), ttl seconds (0: none), db (standalone), inflight
+ *       bytes per connection (2MiB), replicas=0|1 (read from replicas),
+ *       pool (idle connections per node, 4). A server down at open, or a
+ *       refused password, is KVL_EIO at open. See docs/redis.md.
  *   fault+<URI>                         fault injection around any store
  *       (options prefixed fault.; see docs/stores.md)
  * Stores are thread-safe: any number of threads may call any function on one
@@ -418,9 +426,11 @@ typedef struct kvl_range {
 #define KVL_PUT_STORED 0  /* newly stored */
 #define KVL_PUT_PRESENT 1 /* already there (not an error) */
 
+/* Counters of a store. A remote store that cannot tell a count (a node is
+ * unreachable) reports UINT64_MAX for it. */
 typedef struct kvl_store_stats {
 	uint64_t objects;   /* objects held now */
-	uint64_t bytes;     /* bytes held now, keys and object bytes */
+	uint64_t bytes;     /* bytes held now (as the backend accounts them) */
 	uint64_t capacity;  /* byte capacity (0 when the backend has none) */
 	uint64_t hits;      /* keys found by exists or get */
 	uint64_t misses;    /* keys not found by exists or get */
@@ -457,7 +467,8 @@ KVL_API int kvl_store_exists(kvl_store *store, const char *const *keys,
  * n_ranges[i] consecutive entries of `ranges` (key 0 first). [out]
  * results[i] is the bytes copied for key i or a negative code: KVL_ENOTFOUND
  * (absent: nothing of it was written), KVL_ERANGE (a range beyond the
- * object), KVL_EIO. A key's ranges are all read or the key fails. Returns as
+ * object), KVL_EIO (also a remote store's timeout). A key's ranges are all
+ * read or the key fails. Returns as
  * kvl_store_exists. The embedded store allocates nothing here and an object
  * being read is never freed under the reader. */
 KVL_API int kvl_store_get(kvl_store *store, const char *const *keys, size_t n,

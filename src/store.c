@@ -316,6 +316,9 @@ int kvl__uri_check_unused(const kvl__uri *uri, char *errbuf, size_t errlen)
 static const kvl_store_ops *const store_backends[] = {
 	&kvl__store_mem_ops,
 	&kvl__store_fault_ops,
+#if KVL_HAVE_REDIS
+	&kvl__store_redis_ops,
+#endif
 };
 
 /* Schemes kvlink knows but this build does not carry, with the reason. */

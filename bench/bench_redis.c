@@ -1,0 +1,398 @@
+/*
+ * bench_redis.c — kvlink's redis:// store against a plain pipelined hiredis
+ * client, on the same servers, keys and object sizes.
+ *
+ * For each object size (64 KiB, 256 KiB, 1 MiB, 4 MiB by default) it
+ * writes and reads a working set of --mib MiB in batches of about
+ * --batch-mib MiB, best of --reps repetitions, interleaved:
+ *   kvlink put   kvl_store_put of a batch (SET key value NX, the value sent
+ *                from the caller's memory)
+ *   plain put    per node: redisAppendCommandArgv("SET key value NX") for
+ *                the node's keys of the batch, then redisGetReply for each
+ *                (hiredis copies the value into its output buffer)
+ *   kvlink get   kvl_store_get of whole objects into destination buffers
+ *   plain get    per node: redisAppendCommandArgv("GET key"), then
+ *                redisGetReply; "+copy" also copies each value to the same
+ *                destination buffers (what a caller that needs the bytes in
+ *                its own memory must do)
+ * and prints GB/s and the ratios kvlink / plain (the target is >= 0.9).
+ * The plain client is what hiredis users write: one blocking context per
+ * node, nodes served one after another; on a cluster it routes keys by
+ * CRC16 slot like kvlink does (with the map read from CLUSTER SLOTS once).
+ * Before each put measurement every key is deleted (untimed).
+ *
+ * Usage: bench_redis --uri redis://HOST:PORT[,HOST:PORT…] [--mib N]
+ *                    [--batch-mib N] [--reps N] [--sizes K,K,…] [--json]
+ * The URI may carry kvlink options (?inflight=4MiB…); the plain client uses
+ * its hosts only (no password support). Not a test.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvl_config.h"
+#include "kvlink.h"
+
+#if !KVL_HAVE_REDIS
+int main(void)
+{
+	fprintf(stderr, "bench_redis: this kvlink is built without hiredis "
+	                "(no redis:// store)\n");
+	return 77;
+}
+#else
+
+#include <hiredis/hiredis.h>
+
+#include "redis_cluster.h"
+
+#define MAX_NODES 64
+#define KEY_MAX 64
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *fmt, const char *a, const char *b)
+{
+	fprintf(stderr, "bench_redis: ");
+	fprintf(stderr, fmt, a, b);
+	fprintf(stderr, "\n");
+	exit(1);
+}
+
+/* ------------------------------------------------------ the plain client */
+
+typedef struct plain {
+	int n;
+	redisContext *ctx[MAX_NODES];
+	char host[MAX_NODES][KVL__REDIS_HOST_MAX];
+	int port[MAX_NODES];
+	int cluster;
+	uint8_t slot_node[KVL__REDIS_SLOTS];
+} plain;
+
+static int plain_node(plain *p, const char *host, int port)
+{
+	for (int i = 0; i < p->n; i++)
+		if (p->port[i] == port && strcmp(p->host[i], host) == 0)
+			return i;
+	if (p->n == MAX_NODES)
+		die("more than %s%s nodes", "64", "");
+	struct timeval tv = { 5, 0 };
+	redisContext *c = redisConnectWithTimeout(host, port, tv);
+	if (!c || c->err)
+		die("cannot connect to %s: %s", host, c ? c->errstr : "");
+	snprintf(p->host[p->n], KVL__REDIS_HOST_MAX, "%s", host);
+	p->port[p->n] = port;
+	p->ctx[p->n] = c;
+	return p->n++;
+}
+
+static void plain_open(plain *p, const char *uri)
+{
+	memset(p, 0, sizeof *p);
+	const char *h = strstr(uri, "://");
+	h = h ? h + 3 : uri;
+	const char *at = strchr(h, '@');
+	if (at)
+		h = at + 1;
+	size_t len = strcspn(h, ",/?");
+	char host[KVL__REDIS_HOST_MAX];
+	int port;
+	if (kvl__redis_parse_addr(h, len, host, &port) < 0)
+		die("bad address in %s%s", uri, "");
+	int seed = plain_node(p, host, port);
+	redisReply *r = redisCommand(p->ctx[seed], "INFO cluster");
+	p->cluster = r && r->type == REDIS_REPLY_STRING &&
+	             strstr(r->str, "cluster_enabled:1");
+	freeReplyObject(r);
+	if (!p->cluster)
+		return;
+	r = redisCommand(p->ctx[seed], "CLUSTER SLOTS");
+	if (!r || r->type != REDIS_REPLY_ARRAY)
+		die("CLUSTER SLOTS failed on %s%s", host, "");
+	for (size_t i = 0; i < r->elements; i++) {
+		redisReply *e = r->element[i];
+		redisReply *m = e->element[2];
+		const char *mh = m->element[0]->str[0] ? m->element[0]->str : host;
+		int id = plain_node(p, mh, (int)m->element[1]->integer);
+		for (long long s = e->element[0]->integer;
+		     s <= e->element[1]->integer; s++)
+			p->slot_node[s] = (uint8_t)id;
+	}
+	freeReplyObject(r);
+}
+
+static int plain_route(const plain *p, const char *key)
+{
+	return p->cluster ? p->slot_node[kvl__redis_key_slot(key, strlen(key))]
+	                  : 0;
+}
+
+static void plain_close(plain *p)
+{
+	for (int i = 0; i < p->n; i++)
+		redisFree(p->ctx[i]);
+}
+
+/* One pipelined batch: SET NX (put), GET (get, copy: values copied to
+ * dst + i * size), or DEL; nodes one after another. */
+enum { P_PUT, P_GET, P_DEL };
+static void plain_batch(plain *p, int what, char (*keys)[KEY_MAX], size_t n,
+                        const char *val, size_t size, char *dst, int copy)
+{
+	for (int nd = 0; nd < p->n; nd++) {
+		redisContext *c = p->ctx[nd];
+		size_t sent = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (plain_route(p, keys[i]) != nd)
+				continue;
+			const char *argv[4];
+			size_t lens[4];
+			int argc;
+			if (what == P_PUT) {
+				argv[0] = "SET"; lens[0] = 3;
+				argv[1] = keys[i]; lens[1] = strlen(keys[i]);
+				argv[2] = val; lens[2] = size;
+				argv[3] = "NX"; lens[3] = 2;
+				argc = 4;
+			} else {
+				argv[0] = what == P_GET ? "GET" : "DEL";
+				lens[0] = 3;
+				argv[1] = keys[i]; lens[1] = strlen(keys[i]);
+				argc = 2;
+			}
+			redisAppendCommandArgv(c, argc, argv, lens);
+			sent++;
+		}
+		size_t got = 0;
+		for (size_t i = 0; i < n && got < sent; i++) {
+			if (plain_route(p, keys[i]) != nd)
+				continue;
+			redisReply *r = NULL;
+			if (redisGetReply(c, (void **)&r) != REDIS_OK || !r)
+				die("plain client: %s%s", c->errstr, "");
+			if (r->type == REDIS_REPLY_ERROR)
+				die("plain client: %s%s", r->str, "");
+			if (what == P_GET && copy && r->type == REDIS_REPLY_STRING)
+				memcpy(dst + i * size, r->str, r->len);
+			freeReplyObject(r);
+			got++;
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- main */
+
+typedef struct result {
+	double put_k, put_p, get_k, get_p, get_pc; /* GB/s, best */
+} result;
+
+int main(int argc, char **argv)
+{
+	const char *uri = NULL;
+	size_t mib = 256, batch_mib = 32;
+	int reps = 3, json = 0;
+	size_t sizes[16] = { 64 << 10, 256 << 10, 1 << 20, 4 << 20 };
+	int n_sizes = 4;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--uri") && i + 1 < argc)
+			uri = argv[++i];
+		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+			mib = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--batch-mib") && i + 1 < argc)
+			batch_mib = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--json"))
+			json = 1;
+		else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
+			n_sizes = 0;
+			for (char *s = strtok(argv[++i], ","); s && n_sizes < 16;
+			     s = strtok(NULL, ",")) {
+				char *e;
+				size_t v = strtoull(s, &e, 10);
+				if (*e == 'K' || *e == 'k')
+					v <<= 10;
+				else if (*e == 'M' || *e == 'm')
+					v <<= 20;
+				sizes[n_sizes++] = v;
+			}
+		} else {
+			fprintf(stderr,
+			        "usage: bench_redis --uri redis://HOST:PORT[,…] "
+			        "[--mib N] [--batch-mib N] [--reps N] "
+			        "[--sizes 64K,1M,…] [--json]\n");
+			return 2;
+		}
+	}
+	if (!uri)
+		uri = getenv("KVL_TEST_STORE_URI");
+	if (!uri)
+		die("give --uri redis://HOST:PORT%s%s", "", "");
+	if (reps < 1)
+		reps = 1;
+
+	char err[512];
+	kvl_store *s;
+	int rc = kvl_store_open(uri, &s, err, sizeof err);
+	if (rc)
+		die("kvl_store_open: %s%s", err, "");
+	plain p;
+	plain_open(&p, uri);
+	if (!json)
+		printf("bench_redis: %s (%s, %d node%s for the plain client), "
+		       "%zu MiB per size, batches of ~%zu MiB, best of %d\n",
+		       uri, p.cluster ? "cluster" : "standalone", p.n,
+		       p.n == 1 ? "" : "s", mib, batch_mib, reps);
+	if (!json)
+		printf("GB/s; kvl = kvlink, hir = plain hiredis, ratio = "
+		       "kvl / hir\n%8s %6s | %7s %7s %6s | %7s %7s %8s %6s "
+		       "%6s\n",
+		       "size", "objs", "put kvl", "put hir", "ratio", "get kvl",
+		       "get hir", "hir+copy", "ratio", "r+copy");
+
+	for (int si = 0; si < n_sizes; si++) {
+		size_t size = sizes[si];
+		size_t n = (mib << 20) / size;
+		if (n < 8)
+			n = 8;
+		size_t batch = (batch_mib << 20) / size;
+		if (batch < 1)
+			batch = 1;
+		if (batch > n)
+			batch = n;
+		char (*keys)[KEY_MAX] = malloc(n * sizeof *keys);
+		const char **kp = malloc(n * sizeof *kp);
+		char *val = malloc(size);
+		char *dst = malloc(batch * size);
+		kvl_iov *iov = malloc(batch * sizeof *iov);
+		kvl_range *rg = malloc(batch * sizeof *rg);
+		size_t *cnt = malloc(batch * sizeof *cnt);
+		int *res = malloc(batch * sizeof *res);
+		int64_t *res64 = malloc(batch * sizeof *res64);
+		if (!keys || !kp || !val || !dst || !iov || !rg || !cnt ||
+		    !res || !res64)
+			die("out of memory%s%s", "", "");
+		for (size_t i = 0; i < size; i++)
+			val[i] = (char)(i * 131 + size);
+		memset(dst, 1, batch * size);
+		for (size_t i = 0; i < n; i++) {
+			snprintf(keys[i], KEY_MAX, "bench_redis:%zu:%zu", size,
+			         i);
+			kp[i] = keys[i];
+		}
+		for (size_t i = 0; i < batch; i++) {
+			iov[i] = (kvl_iov){ val, size };
+			rg[i] = (kvl_range){ 0, dst + i * size, size };
+			cnt[i] = 1;
+		}
+		result best = { 0 };
+		double bytes = (double)n * (double)size;
+		for (int rep = 0; rep < reps; rep++) {
+			double t;
+			/* put, kvlink */
+			for (size_t b = 0; b < n; b += batch)
+				plain_batch(&p, P_DEL, keys + b,
+				            n - b < batch ? n - b : batch, NULL, 0,
+				            NULL, 0);
+			t = now_s();
+			for (size_t b = 0; b < n; b += batch) {
+				size_t m = n - b < batch ? n - b : batch;
+				if (kvl_store_put(s, kp + b, m, iov, cnt, res))
+					die("put: %s%s", kvl_store_errmsg(s), "");
+				for (size_t i = 0; i < m; i++)
+					if (res[i] != KVL_PUT_STORED)
+						die("put: %s (%s)",
+						    kvl_err_name(res[i]),
+						    kvl_store_errmsg(s));
+			}
+			t = bytes / (now_s() - t) / 1e9;
+			if (t > best.put_k)
+				best.put_k = t;
+			/* put, plain */
+			for (size_t b = 0; b < n; b += batch)
+				plain_batch(&p, P_DEL, keys + b,
+				            n - b < batch ? n - b : batch, NULL, 0,
+				            NULL, 0);
+			t = now_s();
+			for (size_t b = 0; b < n; b += batch)
+				plain_batch(&p, P_PUT, keys + b,
+				            n - b < batch ? n - b : batch, val,
+				            size, NULL, 0);
+			t = bytes / (now_s() - t) / 1e9;
+			if (t > best.put_p)
+				best.put_p = t;
+			/* get, kvlink */
+			t = now_s();
+			for (size_t b = 0; b < n; b += batch) {
+				size_t m = n - b < batch ? n - b : batch;
+				if (kvl_store_get(s, kp + b, m, rg, cnt, res64))
+					die("get: %s%s", kvl_store_errmsg(s), "");
+				for (size_t i = 0; i < m; i++)
+					if (res64[i] != (int64_t)size)
+						die("get: %s (%s)",
+						    kvl_err_name((int)res64[i]),
+						    kvl_store_errmsg(s));
+			}
+			t = bytes / (now_s() - t) / 1e9;
+			if (t > best.get_k)
+				best.get_k = t;
+			if (memcmp(dst, val, size) != 0)
+				die("get: wrong bytes%s%s", "", "");
+			/* get, plain, without and with the copy */
+			for (int copy = 0; copy < 2; copy++) {
+				t = now_s();
+				for (size_t b = 0; b < n; b += batch)
+					plain_batch(&p, P_GET, keys + b,
+					            n - b < batch ? n - b : batch,
+					            NULL, size, dst, copy);
+				t = bytes / (now_s() - t) / 1e9;
+				double *slot = copy ? &best.get_pc : &best.get_p;
+				if (t > *slot)
+					*slot = t;
+			}
+		}
+		for (size_t b = 0; b < n; b += batch)
+			plain_batch(&p, P_DEL, keys + b,
+			            n - b < batch ? n - b : batch, NULL, 0, NULL, 0);
+		if (json)
+			printf("{\"size\":%zu,\"objects\":%zu,\"put_kvlink_gbs\":"
+			       "%.3f,\"put_plain_gbs\":%.3f,\"get_kvlink_gbs\":"
+			       "%.3f,\"get_plain_gbs\":%.3f,"
+			       "\"get_plain_copy_gbs\":%.3f,\"put_ratio\":%.3f,"
+			       "\"get_ratio\":%.3f,\"get_ratio_copy\":%.3f}\n",
+			       size, n, best.put_k, best.put_p, best.get_k,
+			       best.get_p, best.get_pc, best.put_k / best.put_p,
+			       best.get_k / best.get_p, best.get_k / best.get_pc);
+		else
+			printf("%5zuKiB %6zu | %7.2f %7.2f %6.2f | %7.2f %7.2f "
+			       "%8.2f %6.2f %6.2f\n",
+			       size >> 10, n, best.put_k, best.put_p,
+			       best.put_k / best.put_p, best.get_k, best.get_p,
+			       best.get_pc, best.get_k / best.get_p,
+			       best.get_k / best.get_pc);
+		fflush(stdout);
+		free(keys);
+		free(kp);
+		free(val);
+		free(dst);
+		free(iov);
+		free(rg);
+		free(cnt);
+		free(res);
+		free(res64);
+	}
+	plain_close(&p);
+	kvl_store_close(s);
+	return 0;
+}
+#endif

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# run.sh MODE CMD [ARGS…] — runs CMD with throwaway Redis servers, then stops
+# them (also when CMD fails or crashes, or this script is killed).
+#
+#   MODE standalone: one server; cluster: 3 masters + 3 replicas; both.
+#
+# CMD sees:
+#   KVL_REDIS_DIR          the servers' directory (a temp dir)
+#   KVL_REDIS_SERVERS      this directory's servers.sh, to start more
+#   KVL_REDIS_STANDALONE   127.0.0.1:PORT of the standalone server
+#   KVL_REDIS_CLUSTER      the cluster's 6 ports, masters first
+#   KVL_TEST_STORE_URI     redis:// URI of the cluster (or of the standalone
+#                          server when there is no cluster)
+# Exits with CMD's status, or 77 (skipped) without redis-server/redis-cli.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+mode=${1:?usage: run.sh standalone|cluster|both CMD [ARGS...]}
+shift
+[ $# -gt 0 ] || { echo "usage: run.sh MODE CMD [ARGS...]" >&2; exit 2; }
+for b in redis-server redis-cli; do
+	if ! command -v "$b" >/dev/null 2>&1; then
+		echo "skipped: $b is not installed (Debian: apt-get install redis-server redis-tools)"
+		exit 77
+	fi
+done
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/kvl-redis.XXXXXX") || exit 1
+export KVL_REDIS_DIR=$dir KVL_REDIS_SERVERS=$here/servers.sh
+watchdog=""
+cleanup() {
+	bash "$here/servers.sh" stop "$dir"
+	[ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
+	rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
+
+# Stops the servers even if this script is killed with SIGKILL.
+self=$$
+( while kill -0 "$self" 2>/dev/null; do sleep 1; done
+  bash "$here/servers.sh" stop "$dir"; rm -rf "$dir" ) >/dev/null 2>&1 </dev/null &
+watchdog=$!
+
+if [ "$mode" = standalone ] || [ "$mode" = both ]; then
+	p=$(bash "$here/servers.sh" standalone "$dir") || exit 1
+	export KVL_REDIS_STANDALONE=127.0.0.1:$p
+	export KVL_TEST_STORE_URI=redis://127.0.0.1:$p
+fi
+if [ "$mode" = cluster ] || [ "$mode" = both ]; then
+	ports=$(bash "$here/servers.sh" cluster "$dir") || exit 1
+	export KVL_REDIS_CLUSTER="$ports"
+	uri=""
+	for p in $ports; do uri="$uri${uri:+,}127.0.0.1:$p"; done
+	export KVL_TEST_STORE_URI=redis://$uri
+fi
+"$@"

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# servers.sh — throwaway Redis servers for kvlink's tests, all under one
+# directory, listening on 127.0.0.1 only, on free high ports.
+#
+#   servers.sh standalone DIR [redis-server options…]   prints its port
+#   servers.sh cluster DIR                  3 masters + 3 replicas; prints
+#                                           the 6 ports, masters first
+#   servers.sh kill DIR PORT                SIGKILL one server
+#   servers.sh pause DIR PORT / resume DIR PORT   SIGSTOP / SIGCONT
+#   servers.sh restart DIR PORT             start it again, same options
+#   servers.sh stop DIR                     stop every server of DIR
+#
+# Each server lives in DIR/PORT/ (its redis.conf, log, pid file, cluster
+# config); nothing is persisted (no RDB, no AOF). Exits non-zero with a
+# message on stderr when a server does not come up.
+set -u
+
+die() { echo "servers.sh: $*" >&2; exit 1; }
+
+cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+
+# Waits until the server on $1 answers PING, or its process $2 is gone.
+wait_up() {
+	local port=$1 pid=$2 i
+	for i in $(seq 1 100); do
+		# (NOAUTH: up, with a password)
+		cli "$port" ping 2>/dev/null | grep -q -e PONG -e NOAUTH && return 0
+		kill -0 "$pid" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+
+# Starts the server whose config is DIR/PORT/redis.conf. 0 when it answers.
+launch() {
+	local dir=$1 port=$2
+	redis-server "$dir/$port/redis.conf" >>"$dir/$port/stdout" 2>&1 </dev/null &
+	local pid=$!
+	echo "$pid" >"$dir/$port/pid"
+	if ! wait_up "$port" "$pid"; then
+		kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		return 1
+	fi
+	return 0
+}
+
+# Creates DIR/PORT with a config and starts it on a free port; prints the
+# port. Extra arguments are redis.conf lines ("name value").
+start_one() {
+	local dir=$1 cluster=$2; shift 2
+	local try port
+	for try in $(seq 1 40); do
+		# High ports; a cluster node also needs port + 10000.
+		port=$((20000 + (RANDOM * 32768 + RANDOM) % 35000))
+		mkdir "$dir/$port" 2>/dev/null || continue
+		{
+			echo "port $port"
+			echo "bind 127.0.0.1"
+			echo "protected-mode yes"
+			echo "daemonize no"
+			echo "dir $dir/$port"
+			echo "logfile $dir/$port/log"
+			echo "save \"\""
+			echo "appendonly no"
+			if [ "$cluster" = 1 ]; then
+				echo "cluster-enabled yes"
+				echo "cluster-config-file nodes.conf"
+				echo "cluster-node-timeout 1000"
+			fi
+			for opt in "$@"; do echo "$opt"; done
+		} >"$dir/$port/redis.conf"
+		if launch "$dir" "$port"; then
+			echo "$port"
+			return 0
+		fi
+		if grep -q "Address already in use" "$dir/$port/log" 2>/dev/null; then
+			rm -rf "${dir:?}/$port"
+			continue
+		fi
+		cat "$dir/$port/log" >&2 2>/dev/null
+		die "redis-server on port $port did not start (see above)"
+	done
+	die "no free port found after 40 tries"
+}
+
+# Converts "--name value" command-line style options into conf lines.
+conf_lines() {
+	local out=() name=""
+	for a in "$@"; do
+		if [ "${a#--}" != "$a" ]; then
+			[ -n "$name" ] && out+=("$name yes")
+			name=${a#--}
+		elif [ -n "$name" ]; then
+			out+=("$name $a")
+			name=""
+		fi
+	done
+	[ -n "$name" ] && out+=("$name yes")
+	printf '%s\n' "${out[@]}"
+}
+
+cmd=${1:-}; dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: servers.sh standalone|cluster|kill|pause|resume|restart|stop DIR [PORT]"
+[ -d "$dir" ] || die "no directory $dir"
+
+case $cmd in
+standalone)
+	shift 2
+	mapfile -t lines < <(conf_lines "$@")
+	start_one "$dir" 0 "${lines[@]}"
+	;;
+cluster)
+	ports=()
+	for i in 1 2 3 4 5 6; do
+		p=$(start_one "$dir" 1) || exit 1
+		ports+=("$p")
+	done
+	addrs=()
+	for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 \
+		--cluster-yes >"$dir/cluster-create.log" 2>&1 ||
+		{ cat "$dir/cluster-create.log" >&2; die "redis-cli --cluster create failed"; }
+	# Every node sees a healthy cluster and every replica is in sync.
+	for i in $(seq 1 200); do
+		ok=1
+		for p in "${ports[@]}"; do
+			cli "$p" cluster info 2>/dev/null | grep -q "cluster_state:ok" || ok=0
+			# Every node knows every replica (CLUSTER SLOTS lists them).
+			[ "$(cli "$p" cluster nodes 2>/dev/null | grep -v fail | grep -c slave)" = 3 ] || ok=0
+			role=$(cli "$p" role 2>/dev/null | head -1)
+			if [ "$role" = slave ]; then
+				cli "$p" info replication | grep -q "master_link_status:up" || ok=0
+			fi
+		done
+		redis-cli --cluster check "127.0.0.1:${ports[0]}" 2>/dev/null |
+			grep -q "All 16384 slots covered" || ok=0
+		[ $ok = 1 ] && break
+		sleep 0.05
+	done
+	[ $ok = 1 ] || die "the cluster did not become healthy"
+	masters=(); replicas=()
+	for p in "${ports[@]}"; do
+		if [ "$(cli "$p" role | head -1)" = master ]; then masters+=("$p"); else replicas+=("$p"); fi
+	done
+	echo "${masters[*]} ${replicas[*]}"
+	;;
+kill|pause|resume)
+	port=${3:?port}
+	pid=$(cat "$dir/$port/pid" 2>/dev/null) || die "no server on port $port in $dir"
+	case $cmd in
+	kill) kill -9 "$pid" 2>/dev/null; for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done ;;
+	pause) kill -STOP "$pid" ;;
+	resume) kill -CONT "$pid" ;;
+	esac
+	;;
+restart)
+	port=${3:?port}
+	launch "$dir" "$port" || die "redis-server on port $port did not restart"
+	;;
+stop)
+	for pf in "$dir"/*/pid; do
+		[ -f "$pf" ] || continue
+		pid=$(cat "$pf")
+		kill -CONT "$pid" 2>/dev/null
+		kill -9 "$pid" 2>/dev/null
+		rm -f "$pf"
+		pids="${pids:-} $pid"
+	done
+	for i in $(seq 1 100); do
+		alive=0
+		for pid in ${pids:-}; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		[ $alive = 0 ] && break
+		sleep 0.02
+	done
+	;;
+*)
+	die "unknown command $cmd"
+	;;
+esac
