@@ -57,7 +57,7 @@ static int cv_wait(pthread_cond_t *cv, pthread_mutex_t *mu,
 	return pthread_cond_timedwait(cv, mu, deadline);
 }
 
-static int io_alloc(lk_io *io, size_t n, size_t per_item, size_t hdr)
+int kvl__lk_io_alloc(lk_io *io, size_t n, size_t per_item, size_t hdr)
 {
 	io->n = n;
 	io->keyp = calloc(n, sizeof *io->keyp);
@@ -74,7 +74,7 @@ static int io_alloc(lk_io *io, size_t n, size_t per_item, size_t hdr)
 	return 0;
 }
 
-static void io_free(lk_io *io)
+void kvl__lk_io_free(lk_io *io)
 {
 	free(io->keyp);
 	free(io->items);
@@ -171,10 +171,10 @@ int kvl_linker_open(const kvl_layout *layout, kvl_store *store,
 	lk->comp = calloc(o.max_requests, sizeof *lk->comp);
 	int rc = KVL_ENOMEM;
 	if (!lk->comp || !lk->lookup.bits || !lk->policies ||
-	    io_alloc(&lk->load_io, o.io_batch,
-	             (1 + lk->max_comps) * sizeof(kvl_range), 0) ||
-	    io_alloc(&lk->off_io, o.io_batch, (1 + max_pieces) * sizeof(kvl_iov),
-	             lk->max_header))
+	    kvl__lk_io_alloc(&lk->load_io, o.io_batch,
+	                     (1 + lk->max_comps) * sizeof(kvl_range), 0) ||
+	    kvl__lk_io_alloc(&lk->off_io, o.io_batch,
+	                     (1 + max_pieces) * sizeof(kvl_iov), lk->max_header))
 		goto fail;
 	for (size_t i = 0; i < layout->n_pools; i++)
 		if (layout->pools[i].on_cuda) {
@@ -290,8 +290,8 @@ void kvl_linker_close(kvl_linker *lk)
 		return;
 	kvl_linker_shutdown(lk);
 	kvl__lk_gpu_close(lk);
-	io_free(&lk->load_io);
-	io_free(&lk->off_io);
+	kvl__lk_io_free(&lk->load_io);
+	kvl__lk_io_free(&lk->off_io);
 	free(lk->comp);
 	free(lk->lookup.bits);
 	free(lk->lookup.keys);
@@ -930,6 +930,8 @@ static void run_batch(kvl_linker *lk, lk_batch *b)
 		int ferr = kvl__lk_gpu_finish_layer(lk, layer - 1);
 		layer_done(lk, b, layer - 1, pending_err ? pending_err : ferr);
 	}
+	if (lk->gpu)
+		kvl__lk_gpu_end_batch(lk, b);
 	pthread_mutex_lock(&lk->mu);
 	b->enqueued = lk->n_layers;
 	if (canceled && b->done < lk->n_layers) {
@@ -1115,6 +1117,12 @@ int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer)
 	(void)lk;
 	(void)layer;
 	return KVL_ENOTSUP;
+}
+
+void kvl__lk_gpu_end_batch(kvl_linker *lk, lk_batch *b)
+{
+	(void)lk;
+	(void)b;
 }
 
 void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,

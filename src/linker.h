@@ -9,6 +9,7 @@
 
 #include "layout.h"
 #include "stats.h"
+#include "store.h"
 
 /* One (page, pool) of a request. */
 typedef struct lk_item {
@@ -17,6 +18,8 @@ typedef struct lk_item {
 	size_t slot;
 	const char *key;
 	uint8_t *hdr;   /* loads: the object's header, read with its first layer */
+	kvl__view view; /* GPU loads: the object, pinned in the store for the
+	                 * batch (linker_cuda.c) */
 } lk_item;
 
 typedef struct lk_req {
@@ -111,8 +114,14 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen);
 void kvl__lk_gpu_close(kvl_linker *lk);
 int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer);
 int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer);
+/* Unpins the objects a batch's GPU loads held; after its last layer. */
+void kvl__lk_gpu_end_batch(kvl_linker *lk, lk_batch *b);
 void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
                          size_t n, void *event);
 void kvl__lk_req_fail(lk_req *r, size_t page, int code);
+/* Scratch for io_batch items: per_item bytes of pieces each, and hdr bytes
+ * of headers each (0: none). Free with kvl__lk_io_free. */
+int kvl__lk_io_alloc(lk_io *io, size_t n, size_t per_item, size_t hdr);
+void kvl__lk_io_free(lk_io *io);
 
 #endif /* KVL_LINKER_H */

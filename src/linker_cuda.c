@@ -31,29 +31,16 @@
 
 #define GPU_STAGING (256ull << 20)
 
-typedef struct gpu_set {
-	kvl__view *views; /* pinned views of one layer, released at finish */
-	size_t n, cap;
-} gpu_set;
 
 typedef struct lk_gpu {
 	int device;
 	kvl__copier *load, *off;
 	size_t max_chunks;
-	gpu_set sets[2]; /* layer l uses sets[l % 2] */
-	/* Loader's gathered items of one flush. */
-	const char **keyp;
-	lk_item **items;
-	lk_req **reqs;
-	int *res;
-	/* Offloader's: staging area laid out as objects, and a put list. */
-	uint8_t *staging;
+	kvl__view *pin_views; /* io_batch views, for one peek or release */
+	lk_io load_io;        /* the loader's gathered items of one flush */
+	lk_io off_io;         /* the offloader's put list */
+	uint8_t *staging;     /* offloads: objects gathered for a put */
 	size_t staging_len;
-	const char **off_keyp;
-	lk_item **off_items;
-	int *off_res;
-	size_t *off_counts;
-	kvl_iov *off_iov;
 	kvl__view *off_views; /* objects being written in place */
 } lk_gpu;
 
@@ -107,22 +94,14 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
 	g->device = device;
 	size_t n = lk->opts.io_batch;
 	g->max_chunks = n * (lk->max_comps ? lk->max_comps : 1);
-	g->keyp = calloc(n, sizeof *g->keyp);
-	g->items = calloc(n, sizeof *g->items);
-	g->reqs = calloc(n, sizeof *g->reqs);
-	g->res = calloc(n, sizeof *g->res);
-	g->off_keyp = calloc(n, sizeof *g->off_keyp);
-	g->off_items = calloc(n, sizeof *g->off_items);
-	g->off_res = calloc(n, sizeof *g->off_res);
-	g->off_counts = calloc(n, sizeof *g->off_counts);
-	g->off_iov = calloc(n, sizeof *g->off_iov);
+	int io_rc = kvl__lk_io_alloc(&g->load_io, n, 1, 0) |
+	            kvl__lk_io_alloc(&g->off_io, n, sizeof(kvl_iov), 0);
 	g->off_views = calloc(n, sizeof *g->off_views);
+	g->pin_views = calloc(n, sizeof *g->pin_views);
 	g->staging_len = max_obj > GPU_STAGING ? max_obj : GPU_STAGING;
 	g->staging = kvl__cuda_host_alloc(g->staging_len);
 	const char *why = "out of memory";
-	if (!g->keyp || !g->items || !g->reqs || !g->res || !g->staging ||
-	    !g->off_keyp || !g->off_items || !g->off_res || !g->off_counts ||
-	    !g->off_iov || !g->off_views ||
+	if (io_rc || !g->staging || !g->off_views || !g->pin_views ||
 	    kvl__copier_create(device, lk->n_layers, g->max_chunks, &g->load,
 	                       &why) ||
 	    kvl__copier_create(device, 2, g->max_chunks, &g->off, &why))
@@ -139,51 +118,21 @@ void kvl__lk_gpu_close(kvl_linker *lk)
 		return;
 	kvl__copier_destroy(g->load);
 	kvl__copier_destroy(g->off);
-	for (int i = 0; i < 2; i++) {
-		if (g->sets[i].n && lk->store->ops->release)
-			lk->store->ops->release(lk->store, lk->store->impl,
-			                        g->sets[i].views, g->sets[i].n);
-		free(g->sets[i].views);
-	}
+	free(g->pin_views);
 	kvl__cuda_host_free(g->staging);
-	free(g->keyp);
-	free(g->items);
-	free(g->reqs);
-	free(g->res);
-	free(g->off_keyp);
-	free(g->off_items);
-	free(g->off_res);
-	free(g->off_counts);
-	free(g->off_iov);
+	kvl__lk_io_free(&g->load_io);
+	kvl__lk_io_free(&g->off_io);
 	free(g->off_views);
 	free(g);
 	lk->gpu = NULL;
 }
 
-static int set_reserve(gpu_set *s, size_t more)
-{
-	if (s->n + more <= s->cap)
-		return 0;
-	size_t cap = s->cap ? s->cap : 1024;
-	while (cap < s->n + more)
-		cap *= 2;
-	kvl__view *v = realloc(s->views, cap * sizeof *v);
-	if (!v)
-		return KVL_ENOMEM;
-	s->views = v;
-	s->cap = cap;
-	return 0;
-}
-
-/* Checks one item's view for layer ly; 0 or the reason it is not valid. */
+/* Checks a pinned object for layer ly (the header at the pool's first
+ * layer; the layer's checksum on untrusted stores); 0 or the reason it is
+ * not valid. */
 static int view_check(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
-                      const lk_req *r, const lk_item *it, int found,
-                      const kvl__view *v)
+                      const lk_req *r, const lk_item *it, const kvl__view *v)
 {
-	if (found < 0)
-		return found;
-	if (!found)
-		return KVL_ENOTFOUND;
 	if (v->len != p->object_size)
 		return KVL_ECORRUPT;
 	if (!v->pinned)
@@ -201,83 +150,136 @@ static int view_check(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
 	return 0;
 }
 
-/* Pins, checks and copies m gathered items of layer `layer`. */
-static int gpu_flush(kvl_linker *lk, gpu_set *s, size_t m, uint32_t layer)
+/* Pages per load copy launch: a layer's first copy starts after this many
+ * pages are ready, not after all of them. */
+#define GPU_LOAD_GROUP 512
+
+/* The chunk list being filled for the next launch. */
+typedef struct gather {
+	kvl__chunk *ch;
+	size_t n, pages;
+	int err;
+} gather;
+
+static void gather_launch(kvl_linker *lk, gather *gt)
 {
-	lk_gpu *g = lk->gpu;
-	if (m == 0)
-		return 0;
-	int err = 0;
-	if (set_reserve(s, m))
-		err = KVL_ENOMEM;
-	int rc = err ? err
-	             : lk->store->ops->peek(lk->store, lk->store->impl, g->keyp,
-	                                    m, s->views + s->n, g->res);
-	kvl__chunk *ch = kvl__copier_chunks(g->load);
-	size_t n_ch = 0;
-	for (size_t k = 0; k < m; k++) {
-		lk_item *it = g->items[k];
-		lk_req *r = g->reqs[k];
-		const kvl__pool *p = gpu_pool(lk, it->pool);
-		const kvl__layer *ly = kvl__pool_layer(p, layer);
-		kvl__view *v = rc ? NULL : &s->views[s->n + k];
-		int bad = rc ? rc : view_check(lk, p, ly, r, it, g->res[k], v);
-		if (bad) {
-			kvl__lk_req_fail(r, it->page, bad);
-			if (!err)
-				err = bad;
-			continue;
-		}
-		uint64_t off = ly->offset;
-		for (uint32_t c = 0; c < p->n_comps; c++) {
-			const kvl_buffer *b = &ly->bufs[c]->b;
-			ch[n_ch++] = (kvl__chunk){
-				.src = v->data + off,
-				.dst = (char *)b->base + it->slot * b->page_stride,
-				.len = b->page_bytes};
-			off += b->page_bytes;
-		}
-		KVL__COUNT(&lk->stats, loaded_bytes, ly->len);
-	}
-	if (!rc)
-		s->n += m; /* pinned views, released by finish */
-	if (kvl__copier_launch(g->load, n_ch) && !err)
-		err = kvl__fail(&lk->err, KVL_EIO, "load: GPU copy failed: %s",
-		                kvl__cuda_last_error());
-	return err;
+	if (gt->n && kvl__copier_launch(lk->gpu->load, gt->n) && !gt->err)
+		gt->err = kvl__fail(&lk->err, KVL_EIO,
+		                    "load: GPU copy failed: %s",
+		                    kvl__cuda_last_error());
+	if (gt->n)
+		gt->ch = kvl__copier_chunks(lk->gpu->load);
+	gt->n = gt->pages = 0;
 }
 
-/* Pages per load copy launch: the first copy of a layer starts after this
- * many pages are pinned and checked, not after all of them. */
-#define GPU_LOAD_GROUP 512
+/* Adds the chunks copying layer ly of a pinned item into its slot. */
+static void gather_add(kvl_linker *lk, gather *gt, const kvl__pool *p,
+                       const kvl__layer *ly, const lk_item *it)
+{
+	if (gt->n + p->n_comps > lk->gpu->max_chunks ||
+	    gt->pages == GPU_LOAD_GROUP)
+		gather_launch(lk, gt);
+	uint64_t off = ly->offset;
+	for (uint32_t c = 0; c < p->n_comps; c++) {
+		const kvl_buffer *b = &ly->bufs[c]->b;
+		gt->ch[gt->n++] = (kvl__chunk){
+			.src = it->view.data + off,
+			.dst = (char *)b->base + it->slot * b->page_stride,
+			.len = b->page_bytes};
+		off += b->page_bytes;
+	}
+	gt->pages++;
+	KVL__COUNT(&lk->stats, loaded_bytes, ly->len);
+}
+
+/* Fails an item of layer `layer`; returns the code. */
+static int item_fail(lk_req *r, const lk_item *it, int code)
+{
+	kvl__lk_req_fail(r, it->page, code);
+	return code;
+}
+
+/* Pins the m gathered items (their first layer of this batch), checks
+ * them and adds the good ones' chunks. Returns the first failure. */
+static int pin_gathered(kvl_linker *lk, size_t m, uint32_t layer, gather *gt)
+{
+	lk_gpu *g = lk->gpu;
+	lk_io *io = &g->load_io;
+	kvl_store *st = lk->store;
+	if (m == 0)
+		return 0;
+	int rc = st->ops->peek(st, st->impl, io->keyp, m, g->pin_views,
+	                       io->res);
+	int first = rc;
+	size_t n_bad = 0; /* pinned but unusable: unpinned below */
+	for (size_t k = 0; k < m; k++) {
+		lk_item *it = io->items[k];
+		lk_req *r = io->reqs[k];
+		const kvl__pool *p = gpu_pool(lk, it->pool);
+		const kvl__layer *ly = kvl__pool_layer(p, layer);
+		kvl__view *v = &g->pin_views[k];
+		int bad = rc ? rc
+		          : io->res[k] < 0 ? io->res[k]
+		          : !io->res[k]    ? KVL_ENOTFOUND
+		                           : view_check(lk, p, ly, r, it, v);
+		if (!bad) {
+			it->view = *v;
+			gather_add(lk, gt, p, ly, it);
+			continue;
+		}
+		item_fail(r, it, bad);
+		if (!first)
+			first = bad;
+		if (!rc && v->handle)
+			g->pin_views[n_bad++] = *v; /* n_bad <= k: read already */
+	}
+	if (n_bad)
+		st->ops->release(st, st->impl, g->pin_views, n_bad);
+	return first;
+}
 
 int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 {
 	lk_gpu *g = lk->gpu;
-	gpu_set *s = &g->sets[layer % 2];
+	lk_io *io = &g->load_io;
 	size_t m = 0, group = lk->opts.io_batch < GPU_LOAD_GROUP
 	                              ? lk->opts.io_batch
 	                              : GPU_LOAD_GROUP;
+	gather gt = {.ch = kvl__copier_chunks(g->load)};
 	int err = 0, e;
 	for (lk_req *r = b->reqs; r; r = r->qnext) {
 		for (size_t i = 0; i < r->n_items; i++) {
 			lk_item *it = &r->items[i];
 			const kvl__pool *p = gpu_pool(lk, it->pool);
-			if (!p->on_cuda || it->page >= r->first_bad ||
-			    !kvl__pool_layer(p, layer))
+			const kvl__layer *ly = kvl__pool_layer(p, layer);
+			if (!p->on_cuda || it->page >= r->first_bad || !ly)
 				continue;
-			g->keyp[m] = it->key;
-			g->items[m] = it;
-			g->reqs[m] = r;
+			if (it->view.data) { /* pinned by an earlier layer */
+				e = lk->store->trusted
+				            ? 0
+				            : view_check(lk, p, ly, r, it,
+				                         &it->view);
+				if (e && !err)
+					err = item_fail(r, it, e);
+				else if (!e)
+					gather_add(lk, &gt, p, ly, it);
+				continue;
+			}
+			io->keyp[m] = it->key;
+			io->items[m] = it;
+			io->reqs[m] = r;
 			if (++m == group) {
-				if ((e = gpu_flush(lk, s, m, layer)) && !err)
+				if ((e = pin_gathered(lk, m, layer, &gt)) && !err)
 					err = e;
 				m = 0;
 			}
 		}
 	}
-	if ((e = gpu_flush(lk, s, m, layer)) && !err)
+	if ((e = pin_gathered(lk, m, layer, &gt)) && !err)
 		err = e;
+	gather_launch(lk, &gt);
+	if (gt.err && !err)
+		err = gt.err;
 	if (kvl__copier_record(g->load, layer) && !err)
 		err = kvl__fail(&lk->err, KVL_EIO, "load: CUDA event: %s",
 		                kvl__cuda_last_error());
@@ -286,17 +288,32 @@ int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 
 int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer)
 {
+	if (kvl__copier_sync(lk->gpu->load, layer))
+		return kvl__fail(&lk->err, KVL_EIO,
+		                 "load: GPU copy failed: %s",
+		                 kvl__cuda_last_error());
+	return 0;
+}
+
+void kvl__lk_gpu_end_batch(kvl_linker *lk, lk_batch *b)
+{
 	lk_gpu *g = lk->gpu;
-	gpu_set *s = &g->sets[layer % 2];
-	int err = 0;
-	if (kvl__copier_sync(g->load, layer))
-		err = kvl__fail(&lk->err, KVL_EIO, "load: GPU copy failed: %s",
-		                kvl__cuda_last_error());
-	if (s->n)
-		lk->store->ops->release(lk->store, lk->store->impl, s->views,
-		                        s->n);
-	s->n = 0;
-	return err;
+	kvl_store *st = lk->store;
+	size_t m = 0;
+	for (lk_req *r = b->reqs; r; r = r->qnext)
+		for (size_t i = 0; i < r->n_items; i++) {
+			lk_item *it = &r->items[i];
+			if (!it->view.handle)
+				continue;
+			g->pin_views[m++] = it->view;
+			it->view = (kvl__view){0};
+			if (m == lk->opts.io_batch) {
+				st->ops->release(st, st->impl, g->pin_views, m);
+				m = 0;
+			}
+		}
+	if (m)
+		st->ops->release(st, st->impl, g->pin_views, m);
 }
 
 int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch, uint32_t layer,
@@ -533,6 +550,7 @@ static void offload_staged(kvl_linker *lk, lk_req *r, lk_item **items,
                            size_t n)
 {
 	lk_gpu *g = lk->gpu;
+	lk_io *io = &g->off_io;
 	for (size_t i = 0, j; i < n; i = j) {
 		j = off_group(lk, items, i, n, g->staging_len,
 		              lk->opts.io_batch);
@@ -558,17 +576,17 @@ static void offload_staged(kvl_linker *lk, lk_req *r, lk_item **items,
 				continue;
 			}
 			seal(lk, p, &r->pages[items[k]->page], obj);
-			g->off_iov[w] = (kvl_iov){.addr = obj,
-			                          .len = p->object_size};
-			g->off_counts[w] = 1;
-			g->off_keyp[w] = items[k]->key;
-			g->off_items[w++] = items[k];
+			kvl_iov *iov = io->pieces;
+			iov[w] = (kvl_iov){.addr = obj, .len = p->object_size};
+			io->counts[w] = 1;
+			io->keyp[w] = items[k]->key;
+			io->items[w++] = items[k];
 		}
-		int rc = w ? kvl_store_put(lk->store, g->off_keyp, w, g->off_iov,
-		                           g->off_counts, g->off_res)
+		int rc = w ? kvl_store_put(lk->store, io->keyp, w, io->pieces,
+		                           io->counts, io->res)
 		           : 0;
 		for (size_t k = 0; k < w; k++)
-			count_put(lk, r, g->off_items[k], rc ? rc : g->off_res[k]);
+			count_put(lk, r, io->items[k], rc ? rc : io->res[k]);
 	}
 }
 

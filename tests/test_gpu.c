@@ -212,6 +212,58 @@ int main(void)
 	CHECK(c.status == KVL_ENOTFOUND && c.valid_pages == 5,
 	      "evicted: %s, %zu valid", kvl_err_name(c.status), c.valid_pages);
 
+	/* An untrusted store (verify=1): offloads sum every layer, loads check
+	 * each layer's sum; a flipped payload byte fails its page. */
+	{
+		kvl_store *vst;
+		kvl_linker *vlk = NULL;
+		rc = kvl_store_open("mem:?capacity=256MiB&verify=1", &vst, err,
+		                    sizeof err);
+		CHECK(rc == 0, "verify store: %s", err);
+		rc = kvl_linker_open(l, vst, NULL, &vlk, err, sizeof err);
+		CHECK(rc == 0, "verify linker: %s", err);
+		for (size_t i = 0; i < PAGES; i++)
+			fill_slot(i, src[i]);
+		cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
+		rc = kvl_linker_offload(vlk, 4, pages, PAGES, NULL, sl);
+		CHECK_RC(rc, 0, vlk);
+		collect(vlk, 4, &c);
+		CHECK(c.status == 0 && c.valid_pages == PAGES,
+		      "verify offload: %s", kvl_err_name(c.status));
+		/* Flip one byte of page 3's last layer, in store memory. */
+		char k3[KVL_KEY_MAX];
+		kvl_layout_key(l, 0, &pages[3], k3, sizeof k3);
+		size_t size, hdr;
+		kvl_layout_object_size(l, 0, &size, &hdr);
+		uint8_t *obj = malloc(size);
+		const char *kp3 = k3;
+		kvl_range whole = {0, obj, size};
+		size_t one = 1;
+		int64_t got;
+		kvl_store_get(vst, &kp3, 1, &whole, &one, &got);
+		obj[size - 1] ^= 1;
+		kvl_store_remove(vst, &kp3, 1, &res);
+		kvl_iov piece = {obj, size};
+		kvl_store_put(vst, &kp3, 1, &piece, &one, &res);
+		free(obj);
+		cudaMemset(dev_pool, 0, pool_bytes);
+		cudaDeviceSynchronize();
+		rc = kvl_linker_load(vlk, 5, pages, PAGES, NULL, dl);
+		CHECK_RC(rc, 0, vlk);
+		kvl_linker_start(vlk, &batch);
+		rc = kvl_linker_wait(vlk, batch, LAYERS - 1, 10000);
+		CHECK_RC(rc, KVL_ECORRUPT, vlk);
+		collect(vlk, 5, &c);
+		CHECK(c.status == KVL_ECORRUPT && c.valid_pages == 3,
+		      "verify load: %s, %zu valid", kvl_err_name(c.status),
+		      c.valid_pages);
+		cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
+		for (size_t i = 0; i < 3; i++)
+			CHECK(slot_ok(i, dst[i], LAYERS), "verified page %zu", i);
+		kvl_linker_close(vlk);
+		kvl_store_close(vst);
+	}
+
 	/* A store that cannot read in place cannot serve GPU pools. */
 	kvl_store *fst;
 	kvl_store_open("fault+mem:", &fst, err, sizeof err);
