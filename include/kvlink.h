@@ -507,10 +507,12 @@ KVL_API int kvl_store_stats_get(kvl_store *store, kvl_store_stats *out);
  * one scratch array per call (never per page).
  *
  * Integrity: every object starts with a header that carries a magic, a format
- * version, the pool fingerprint, the page hash, the payload length and one
- * checksum per layer. kvl_pages_get checks the header always, and the
- * checksums of the layers it reads when the store is not trusted (see the
- * store's verify option). A page that fails a check is not valid: its result
+ * version, the pool fingerprint bound to the rank shard (so an object of
+ * another shard never passes, even under this shard's key), the page hash,
+ * the payload length and one checksum per layer (objects written to a
+ * trusted store say they carry none). kvl_pages_get checks the header
+ * always, and the checksums of the layers it reads when the store is not
+ * trusted (see the store's verify option). A page that fails a check is not valid: its result
  * is KVL_ECORRUPT (the slot may have been written; treat it as garbage). */
 
 /* results[i]: 1 present, 0 absent, <0 error. One batched store query. */

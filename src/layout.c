@@ -362,6 +362,27 @@ static void pool_keys(const kvl_layout *l, kvl__pool *p)
 			l->shard.pp_rank);
 }
 
+/* The fingerprint object headers carry (see kvl__pool.obj_fp): the pool
+ * fingerprint and the key suffix, which names the pool and the rank shard
+ * (without the tp rank for a pool replicated across tp ranks, whose
+ * objects those ranks share). */
+static int pool_object_fingerprint(kvl__pool *p)
+{
+	EVP_MD_CTX *c = EVP_MD_CTX_new();
+	uint8_t md[32];
+	if (!c || !EVP_DigestInit_ex(c, EVP_sha256(), NULL)) {
+		EVP_MD_CTX_free(c);
+		return KVL_ENOMEM;
+	}
+	sha_update_str(c, "kvlink-object-v1");
+	EVP_DigestUpdate(c, p->fp, KVL__FP_BYTES);
+	sha_update_str(c, p->key_suffix);
+	EVP_DigestFinal_ex(c, md, NULL);
+	EVP_MD_CTX_free(c);
+	memcpy(p->obj_fp, md, KVL__FP_BYTES);
+	return 0;
+}
+
 /* Orders a pool's buffers layer-major, builds its layer table and sizes. */
 static int pool_derive(kvl_layout *l, kvl__pool *p)
 {
@@ -479,6 +500,8 @@ int kvl_layout_finalize(kvl_layout *l)
 			rc = kvl__fail(&l->err, KVL_ENOMEM, "SHA-256 failed");
 		if (rc == 0)
 			pool_keys(l, p);
+		if (rc == 0 && pool_object_fingerprint(p))
+			rc = kvl__fail(&l->err, KVL_ENOMEM, "SHA-256 failed");
 	}
 	if (rc == 0 && layout_fingerprint(l))
 		rc = kvl__fail(&l->err, KVL_ENOMEM, "SHA-256 failed");

@@ -45,6 +45,10 @@ typedef struct kvl__pool {
 	size_t header_size;      /* object header bytes */
 	size_t object_size;      /* header + payload */
 	uint8_t fp[KVL__FP_BYTES];
+	/* What object headers carry: the pool fingerprint bound to this
+	 * layout's rank shard (the key suffix), so an object of another shard
+	 * never passes the header check even under this shard's key. */
+	uint8_t obj_fp[KVL__FP_BYTES];
 	char key_prefix[KVL_KEY_MAX]; /* "kvl1:<tag>:<fp>:" */
 	size_t key_prefix_len;
 	char key_suffix[KVL_KEY_MAX]; /* ":<pool>:<shard>" */

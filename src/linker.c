@@ -601,8 +601,12 @@ int kvl_linker_load(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
 
 int kvl_linker_cancel(kvl_linker *lk, uint64_t id, int *canceled_out)
 {
-	if (!lk || !canceled_out)
+	if (!lk)
 		return KVL_EINVAL;
+	if (!canceled_out)
+		return kvl__fail(&lk->err, KVL_EINVAL,
+		                 "cancel %llu: canceled_out is NULL",
+		                 (unsigned long long)id);
 	pthread_mutex_lock(&lk->mu);
 	int rc = 0;
 	lk_req *prev = NULL, *r = lk->load_head;
@@ -633,8 +637,11 @@ int kvl_linker_cancel(kvl_linker *lk, uint64_t id, int *canceled_out)
 
 int kvl_linker_start(kvl_linker *lk, uint64_t *batch_out)
 {
-	if (!lk || !batch_out)
+	if (!lk)
 		return KVL_EINVAL;
+	if (!batch_out)
+		return kvl__fail(&lk->err, KVL_EINVAL,
+		                 "start: batch_out is NULL");
 	pthread_mutex_lock(&lk->mu);
 	int rc = 0;
 	lk_batch *b = &lk->batches[lk->next_batch % KVL_LINKER_MAX_BATCHES];
@@ -782,8 +789,11 @@ int kvl_linker_flush(kvl_linker *lk, uint32_t timeout_ms)
 int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
                     size_t *n_out, uint32_t timeout_ms)
 {
-	if (!lk || !n_out || (cap && !out))
+	if (!lk)
 		return KVL_EINVAL;
+	if (!n_out || (cap && !out))
+		return kvl__fail(&lk->err, KVL_EINVAL,
+		                 "poll: %s is NULL", !n_out ? "n_out" : "out");
 	struct timespec dl;
 	if (timeout_ms && timeout_ms != UINT32_MAX)
 		deadline_after(&dl, timeout_ms);

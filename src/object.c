@@ -124,6 +124,9 @@ int kvl__obj_header_check(const uint8_t *src, size_t len,
 		bad = "header checksum mismatch";
 	else if (!zeros(src + body + 8, size - body - 8))
 		bad = "header padding is not zero";
+	else if (((src[6] | src[7] << 8) & KVL__OBJ_UNSUMMED) &&
+	         !zeros(src + 72, 8 * (size_t)id->n_layers))
+		bad = "unsummed header carries layer sums";
 	else if (kvl__get_u32le(src + 8) != id->n_layers ||
 	         kvl__get_u32le(src + 12) != size)
 		bad = "layer count differs from the layout";

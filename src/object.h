@@ -8,7 +8,8 @@
  *   6   u16 flags: bit 0 = the layers are not summed (sums are zero)
  *   8   u32 number of layers n
  *   12  u32 header size (this header, padded to 64 bytes)
- *   16  16 bytes pool fingerprint
+ *   16  16 bytes object fingerprint: the pool fingerprint bound to the
+ *       rank shard (kvl__pool.obj_fp in layout.h)
  *   32  32 bytes page hash
  *   64  u64 payload length
  *   72  n × u64 checksum of each layer's bytes, in layer order

@@ -35,7 +35,7 @@ size_t kvl__page_pieces(const kvl__pool *p, const uint8_t *hdr, size_t slot,
 /* The identity an object of pool `p` holding `page` must carry. */
 static inline kvl__obj_id kvl__page_id(const kvl__pool *p, const kvl_hash *page)
 {
-	return (kvl__obj_id){.fp = p->fp, .page = page,
+	return (kvl__obj_id){.fp = p->obj_fp, .page = page,
 	                     .payload_len = p->object_size - p->header_size,
 	                     .n_layers = p->n_layers};
 }

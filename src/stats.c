@@ -92,9 +92,14 @@ static void store_json(cursor *c, const kvl_store_stats *s)
 int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
                            char *buf, size_t len, size_t *needed)
 {
-	if (!store || (len && !buf) ||
-	    (format != KVL_STATS_PROMETHEUS && format != KVL_STATS_JSON))
+	if (!store)
 		return KVL_EINVAL;
+	if (len && !buf)
+		return kvl__fail(&store->err, KVL_EINVAL,
+		                 "stats_render: buf is NULL with len %zu", len);
+	if (format != KVL_STATS_PROMETHEUS && format != KVL_STATS_JSON)
+		return kvl__fail(&store->err, KVL_EINVAL,
+		                 "stats_render: unknown format %d", (int)format);
 	kvl_store_stats s;
 	int rc = kvl_store_stats_get(store, &s);
 	if (rc)
@@ -107,7 +112,11 @@ int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
 		store_json(&c, &s);
 		put(&c, "}\n");
 	}
-	return finish(&c, needed);
+	rc = finish(&c, needed);
+	if (rc)
+		kvl__fail(&store->err, rc, "stats_render: the text needs %zu "
+		          "bytes and a NUL, len is %zu", c.used, len);
+	return rc;
 }
 
 static const struct {
@@ -157,9 +166,14 @@ static void hist_json(cursor *c, const char *name, const kvl__hist *h)
 int kvl_linker_stats(kvl_linker *lk, kvl_stats_format format, char *buf,
                      size_t len, size_t *needed)
 {
-	if (!lk || (len && !buf) ||
-	    (format != KVL_STATS_PROMETHEUS && format != KVL_STATS_JSON))
+	if (!lk)
 		return KVL_EINVAL;
+	if (len && !buf)
+		return kvl__fail(&lk->err, KVL_EINVAL,
+		                 "stats: buf is NULL with len %zu", len);
+	if (format != KVL_STATS_PROMETHEUS && format != KVL_STATS_JSON)
+		return kvl__fail(&lk->err, KVL_EINVAL,
+		                 "stats: unknown format %d", (int)format);
 	const kvl__linker_stats *st = &lk->stats;
 	kvl_store_stats ss;
 	int rc = kvl_store_stats_get(lk->store, &ss);
@@ -198,5 +212,9 @@ int kvl_linker_stats(kvl_linker *lk, kvl_stats_format format, char *buf,
 		store_json(&c, &ss);
 		put(&c, "}}\n");
 	}
-	return finish(&c, needed);
+	rc = finish(&c, needed);
+	if (rc)
+		kvl__fail(&lk->err, rc, "stats: the text needs %zu bytes and "
+		          "a NUL, len is %zu", c.used, len);
+	return rc;
 }
