@@ -10,13 +10,18 @@
  *
  * Argument tokens are all checked before anything is printed. On standard
  * input a bad token stops the run after the hashes of the pages before it.
+ * The standard-input reader is a kvl_hash_input (cmd_hash.h): text goes in
+ * in chunks of any size, hashes come out on a stream, so the fuzz target
+ * fuzz/fuzz_hash_tokens.c drives exactly the code the command runs.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "cmd_hash.h"
 #include "kvlink.h"
 
 #define CMD "hash"
@@ -86,9 +91,24 @@ static void token_add(token *t, char c)
 	}
 }
 
-/* Checks a finished token; on error prints why, naming `where`, and returns
- * 2 (bad input). */
-static int token_check(const token *t, const char *where)
+/* Prints "kvlink hash: message" to `err` and returns 2 (bad input), as
+ * kvl_cli_usage_error does for stderr. */
+static int input_error(FILE *err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static int input_error(FILE *err, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(err, "kvlink " CMD ": ");
+	va_start(ap, fmt);
+	vfprintf(err, fmt, ap);
+	va_end(ap);
+	fputc('\n', err);
+	return 2;
+}
+
+/* Checks a finished token; on error prints why to `err`, naming `where`,
+ * and returns 2 (bad input). */
+static int token_check(const token *t, const char *where, FILE *err)
 {
 	const char *why = NULL;
 	if (t->len == 0)
@@ -101,12 +121,13 @@ static int token_check(const token *t, const char *where)
 		why = "is above 2^64-1";
 	if (!why)
 		return 0;
-	return kvl_cli_usage_error(CMD, "%s '%s' %s", where, t->quote, why);
+	return input_error(err, "%s '%s' %s", where, t->quote, why);
 }
 
 /* ------------------------------------------------------------------- pages */
 
-/* Gathers tokens into batches of whole pages, hashes and prints them. */
+/* Gathers tokens into batches of whole pages, hashes and prints them to
+ * `sink`; messages go to `err`. */
 typedef struct pager {
 	size_t page_size;
 	size_t batch;     /* tokens per full batch: a multiple of page_size */
@@ -115,19 +136,27 @@ typedef struct pager {
 	kvl_hash *out;    /* batch / page_size hashes */
 	kvl_hash prior;
 	int have_prior;
+	FILE *sink, *err;
 } pager;
 
-static int pager_init(pager *p, size_t page_size, const kvl_hash *prior)
+/* batch_tokens: tokens per hashing batch (rounded down to whole pages, at
+ * least one page); 0 means HASH_BATCH_TOKENS. */
+static int pager_init(pager *p, size_t page_size, const kvl_hash *prior,
+                      size_t batch_tokens, FILE *sink, FILE *err)
 {
 	memset(p, 0, sizeof *p);
 	p->page_size = page_size;
+	p->sink = sink;
+	p->err = err;
+	if (batch_tokens == 0)
+		batch_tokens = HASH_BATCH_TOKENS;
 	size_t pages = 1;
-	if (page_size < HASH_BATCH_TOKENS)
-		pages = HASH_BATCH_TOKENS / page_size;
+	if (page_size < batch_tokens)
+		pages = batch_tokens / page_size;
 	p->batch = pages * page_size;
 	p->out = malloc(pages * sizeof *p->out);
 	if (!p->out) {
-		fprintf(stderr, "kvlink " CMD ": out of memory\n");
+		fprintf(err, "kvlink " CMD ": out of memory\n");
 		return 1;
 	}
 	if (prior) {
@@ -153,7 +182,7 @@ static int pager_flush(pager *p)
 	                        p->have_prior ? &p->prior : NULL, p->out,
 	                        p->batch / p->page_size, &n_out);
 	if (rc) {
-		fprintf(stderr, "kvlink " CMD ": hashing failed: %s (%s)\n",
+		fprintf(p->err, "kvlink " CMD ": hashing failed: %s (%s)\n",
 		        kvl_strerror(rc), kvl_err_name(rc));
 		return 1;
 	}
@@ -161,10 +190,10 @@ static int pager_flush(pager *p)
 		char hex[KVL_HASH_HEX_LEN + 2];
 		kvl_hash_to_hex(&p->out[i], hex);
 		hex[KVL_HASH_HEX_LEN] = '\n';
-		fwrite(hex, 1, KVL_HASH_HEX_LEN + 1, stdout);
+		fwrite(hex, 1, KVL_HASH_HEX_LEN + 1, p->sink);
 	}
-	if (ferror(stdout)) {
-		fprintf(stderr, "kvlink " CMD ": writing standard output: %s\n",
+	if (ferror(p->sink)) {
+		fprintf(p->err, "kvlink " CMD ": writing standard output: %s\n",
 		        strerror(errno));
 		return 1;
 	}
@@ -187,7 +216,7 @@ static int pager_push(pager *p, uint64_t tok)
 		if (cap <= SIZE_MAX / sizeof *p->buf)
 			nb = realloc(p->buf, cap * sizeof *p->buf);
 		if (!nb) {
-			fprintf(stderr,
+			fprintf(p->err,
 			        "kvlink " CMD ": out of memory holding %zu "
 			        "tokens of a page\n", cap);
 			return 1;
@@ -211,7 +240,7 @@ static int from_args(pager *p, int n, char **args)
 		for (const char *c = args[i]; *c; c++)
 			token_add(&t, *c);
 		snprintf(where, sizeof where, "token %d", i + 1);
-		int rc = token_check(&t, where);
+		int rc = token_check(&t, where, stderr);
 		if (rc)
 			return rc;
 	}
@@ -232,16 +261,18 @@ static int is_separator(int c)
 	       c == '\v' || c == '\f';
 }
 
-/* State of the standard-input reader. */
-typedef struct reader {
+/* The standard-input reader (cmd_hash.h): a token list arriving in chunks. */
+struct kvl_hash_input {
+	pager p;
 	token t;
 	size_t count;    /* tokens finished */
 	size_t line;     /* current line, from 1 */
 	size_t tok_line; /* line where t started */
-} reader;
+	int rc;          /* 0, or the status that stopped the input */
+};
 
 /* Checks and hands on the token just ended, if any. */
-static int reader_end_token(reader *r, pager *p)
+static int reader_end_token(kvl_hash_input *r)
 {
 	if (r->t.len == 0)
 		return 0;
@@ -249,46 +280,96 @@ static int reader_end_token(reader *r, pager *p)
 	r->count++;
 	snprintf(where, sizeof where, "token %zu (line %zu of standard input)",
 	         r->count, r->tok_line);
-	int rc = token_check(&r->t, where);
+	int rc = token_check(&r->t, where, r->p.err);
 	if (rc) {
 		/* Print the pages before the bad token, whatever the batch. */
-		pager_flush(p);
+		pager_flush(&r->p);
 		return rc;
 	}
 	uint64_t value = r->t.value;
 	token_reset(&r->t);
-	return pager_push(p, value);
+	return pager_push(&r->p, value);
 }
 
-static int from_stdin(pager *p)
+int kvl_hash_input_open(size_t page_size, const kvl_hash *prior,
+                        size_t batch_tokens, FILE *out, FILE *err,
+                        kvl_hash_input **in)
+{
+	kvl_hash_input *r = calloc(1, sizeof *r);
+	if (!r) {
+		fprintf(err, "kvlink " CMD ": out of memory\n");
+		return 1;
+	}
+	if (pager_init(&r->p, page_size, prior, batch_tokens, out, err)) {
+		pager_free(&r->p);
+		free(r);
+		return 1;
+	}
+	r->line = r->tok_line = 1;
+	token_reset(&r->t);
+	*in = r;
+	return 0;
+}
+
+int kvl_hash_input_feed(kvl_hash_input *r, const char *text, size_t len)
+{
+	if (r->rc)
+		return r->rc;
+	for (size_t i = 0; i < len; i++) {
+		char c = text[i];
+		if (!is_separator((unsigned char)c)) {
+			if (r->t.len == 0)
+				r->tok_line = r->line;
+			token_add(&r->t, c);
+			continue;
+		}
+		if ((r->rc = reader_end_token(r)))
+			return r->rc;
+		if (c == '\n')
+			r->line++;
+	}
+	return 0;
+}
+
+int kvl_hash_input_finish(kvl_hash_input *r)
+{
+	if (r->rc)
+		return r->rc;
+	if (!(r->rc = reader_end_token(r)))
+		r->rc = pager_flush(&r->p);
+	return r->rc;
+}
+
+void kvl_hash_input_free(kvl_hash_input *r)
+{
+	if (!r)
+		return;
+	pager_free(&r->p);
+	free(r);
+}
+
+static int from_stdin(size_t page_size, const kvl_hash *prior)
 {
 	char chunk[16384];
-	reader r = {.line = 1, .tok_line = 1};
+	kvl_hash_input *in;
 	size_t got;
 	int rc;
 
-	token_reset(&r.t);
-	while ((got = fread(chunk, 1, sizeof chunk, stdin)) > 0) {
-		for (size_t i = 0; i < got; i++) {
-			char c = chunk[i];
-			if (!is_separator((unsigned char)c)) {
-				if (r.t.len == 0)
-					r.tok_line = r.line;
-				token_add(&r.t, c);
-				continue;
-			}
-			if ((rc = reader_end_token(&r, p)))
-				return rc;
-			if (c == '\n')
-				r.line++;
-		}
-	}
-	if (ferror(stdin)) {
+	if ((rc = kvl_hash_input_open(page_size, prior, 0, stdout, stderr,
+	                              &in)))
+		return rc;
+	while ((got = fread(chunk, 1, sizeof chunk, stdin)) > 0)
+		if ((rc = kvl_hash_input_feed(in, chunk, got)))
+			break;
+	if (!rc && ferror(stdin)) {
 		fprintf(stderr, "kvlink " CMD ": reading standard input: %s\n",
 		        strerror(errno));
-		return 1;
+		rc = 1;
 	}
-	return reader_end_token(&r, p);
+	if (!rc)
+		rc = kvl_hash_input_finish(in);
+	kvl_hash_input_free(in);
+	return rc;
 }
 
 /* ----------------------------------------------------------------- command */
@@ -385,14 +466,19 @@ int kvl_cmd_hash(int argc, char **argv)
 		goto usage_failed;
 	}
 
-	pager p;
-	int rc = pager_init(&p, (size_t)page_size, prior_arg ? &prior : NULL);
-	if (!rc)
-		rc = n_tokens ? from_args(&p, n_tokens, tokens)
-		              : from_stdin(&p);
-	if (!rc)
-		rc = pager_flush(&p);
-	pager_free(&p);
+	int rc;
+	if (n_tokens) {
+		pager p;
+		rc = pager_init(&p, (size_t)page_size,
+		                prior_arg ? &prior : NULL, 0, stdout, stderr);
+		if (!rc)
+			rc = from_args(&p, n_tokens, tokens);
+		if (!rc)
+			rc = pager_flush(&p);
+		pager_free(&p);
+	} else {
+		rc = from_stdin((size_t)page_size, prior_arg ? &prior : NULL);
+	}
 	free(tokens);
 	if (fflush(stdout) && !rc) {
 		fprintf(stderr, "kvlink " CMD ": writing standard output: %s\n",
