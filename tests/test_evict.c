@@ -16,17 +16,10 @@
 
 #include <cmocka.h>
 
+#include "kvl_assert.h"
+
 #include "evict.h"
 #include "kvlink.h"
-
-#define ASSERT_EQ(actual, expected)                                         \
-	do {                                                                \
-		long long a_ = (long long)(actual);                         \
-		long long e_ = (long long)(expected);                       \
-		if (a_ != e_)                                               \
-			fail_msg("%s == %lld, expected %s == %lld", #actual, \
-			         a_, #expected, e_);                        \
-	} while (0)
 
 /* ------------------------------------------------------------ helpers */
 

@@ -36,6 +36,8 @@
 
 #include <cmocka.h>
 
+#include "kvl_assert.h"
+
 #include "kvl_config.h"
 #include "kvlink.h"
 
@@ -50,33 +52,6 @@ int main(void)
 #include "redis_cluster.h"
 
 /* ================================================================ helpers */
-
-#define ASSERT_CODE(actual, expected)                                       \
-	do {                                                                \
-		long long a_ = (long long)(actual);                         \
-		long long e_ = (long long)(expected);                       \
-		if (a_ != e_)                                               \
-			fail_msg("%s == %lld (%s), expected %lld (%s)",     \
-			         #actual, a_, kvl_err_name((int)a_), e_,    \
-			         kvl_err_name((int)e_));                    \
-	} while (0)
-
-#define ASSERT_EQ(actual, expected)                                         \
-	do {                                                                \
-		long long a_ = (long long)(actual);                         \
-		long long e_ = (long long)(expected);                       \
-		if (a_ != e_)                                               \
-			fail_msg("%s == %lld, expected %s == %lld", #actual, \
-			         a_, #expected, e_);                        \
-	} while (0)
-
-#define ASSERT_CONTAINS(hay, needle)                                        \
-	do {                                                                \
-		const char *h_ = (hay), *n_ = (needle);                     \
-		if (!h_ || !strstr(h_, n_))                                 \
-			fail_msg("%s == \"%s\" does not contain \"%s\"",    \
-			         #hay, h_ ? h_ : "(null)", n_);             \
-	} while (0)
 
 static int standalone_port;
 static int cluster_ports[6]; /* masters first */

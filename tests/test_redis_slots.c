@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 
+#include "kvl_assert.h"
+
 #include "kvl_config.h"
 #include "kvlink.h"
 
@@ -32,24 +34,6 @@ int main(void)
 #else
 
 #include "redis_cluster.h"
-
-#define ASSERT_CODE(actual, expected)                                       \
-	do {                                                                \
-		long long a_ = (long long)(actual);                         \
-		long long e_ = (long long)(expected);                       \
-		if (a_ != e_)                                               \
-			fail_msg("%s == %lld (%s), expected %lld (%s)",     \
-			         #actual, a_, kvl_err_name((int)a_), e_,    \
-			         kvl_err_name((int)e_));                    \
-	} while (0)
-
-#define ASSERT_CONTAINS(hay, needle)                                        \
-	do {                                                                \
-		const char *h_ = (hay), *n_ = (needle);                     \
-		if (!h_ || !strstr(h_, n_))                                 \
-			fail_msg("%s == \"%s\" does not contain \"%s\"",    \
-			         #hay, h_ ? h_ : "(null)", n_);             \
-	} while (0)
 
 static uint16_t slot_of(const char *k)
 {

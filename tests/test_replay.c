@@ -29,13 +29,7 @@
 
 #include <cmocka.h>
 
-#define ASSERT_U64(actual, expected)                                        \
-	do {                                                                \
-		unsigned long long a_ = (actual), e_ = (expected);          \
-		if (a_ != e_)                                               \
-			fail_msg("%s == %llu, expected %llu", #actual, a_,  \
-			         e_);                                       \
-	} while (0)
+#include "kvl_assert.h"
 
 /* One replay's JSON line, as the numbers the tests look at. */
 struct run {
