@@ -668,6 +668,36 @@ int kvl_linker_start(kvl_linker *lk, uint64_t *batch_out)
 	return rc;
 }
 
+int kvl__lk_wait_layer_locked(kvl_linker *lk, uint64_t batch, uint32_t layer,
+                              uint32_t timeout_ms, int issued,
+                              const char *what, lk_batch **b_out)
+{
+	struct timespec dl;
+	if (timeout_ms && timeout_ms != UINT32_MAX)
+		deadline_after(&dl, timeout_ms);
+	lk_batch *b = &lk->batches[batch % KVL_LINKER_MAX_BATCHES];
+	*b_out = b;
+	for (;;) {
+		if (b->id != batch || batch >= lk->next_batch)
+			return kvl__fail(&lk->err, KVL_ENOTFOUND,
+			                 "%s: batch %llu is unknown or too old",
+			                 what, (unsigned long long)batch);
+		if (!issued && b->first_err && b->fail_layer <= layer)
+			return 0; /* known to have failed: the caller says so */
+		if (b->done > layer || (issued && b->enqueued > layer))
+			return 0;
+		if (timeout_ms == 0 ||
+		    cv_wait(&lk->cv_progress, &lk->mu,
+		            timeout_ms == UINT32_MAX ? NULL : &dl) == ETIMEDOUT)
+			return kvl__fail(&lk->err, KVL_ETIMEDOUT,
+			                 "%s: batch %llu layer %u not %s after "
+			                 "%u ms",
+			                 what, (unsigned long long)batch, layer,
+			                 issued ? "issued" : "complete",
+			                 timeout_ms);
+	}
+}
+
 int kvl_linker_wait(kvl_linker *lk, uint64_t batch, uint32_t layer,
                     uint32_t timeout_ms)
 {
@@ -677,41 +707,15 @@ int kvl_linker_wait(kvl_linker *lk, uint64_t batch, uint32_t layer,
 		return kvl__fail(&lk->err, KVL_ERANGE,
 		                 "wait: layer %u >= %u layers", layer,
 		                 lk->n_layers);
-	struct timespec dl;
-	if (timeout_ms != UINT32_MAX)
-		deadline_after(&dl, timeout_ms);
+	lk_batch *b;
 	pthread_mutex_lock(&lk->mu);
-	lk_batch *b = &lk->batches[batch % KVL_LINKER_MAX_BATCHES];
-	int rc;
-	for (;;) {
-		if (b->id != batch || batch >= lk->next_batch) {
-			rc = kvl__fail(&lk->err, KVL_ENOTFOUND,
-			               "wait: batch %llu is unknown or too old",
-			               (unsigned long long)batch);
-			break;
-		}
-		if (b->first_err && b->fail_layer <= layer) {
-			rc = kvl__fail(&lk->err, b->first_err,
-			               "wait: batch %llu failed at layer %u: %s",
-			               (unsigned long long)batch, b->fail_layer,
-			               kvl_strerror(b->first_err));
-			break;
-		}
-		if (b->done > layer) {
-			rc = 0;
-			break;
-		}
-		if (timeout_ms == 0 ||
-		    cv_wait(&lk->cv_progress, &lk->mu,
-		            timeout_ms == UINT32_MAX ? NULL : &dl) == ETIMEDOUT) {
-			rc = kvl__fail(&lk->err, KVL_ETIMEDOUT,
-			               "wait: batch %llu layer %u not complete "
-			               "after %u ms",
-			               (unsigned long long)batch, layer,
-			               timeout_ms);
-			break;
-		}
-	}
+	int rc = kvl__lk_wait_layer_locked(lk, batch, layer, timeout_ms, 0,
+	                                   "wait", &b);
+	if (rc == 0 && b->first_err && b->fail_layer <= layer)
+		rc = kvl__fail(&lk->err, b->first_err,
+		               "wait: batch %llu failed at layer %u: %s",
+		               (unsigned long long)batch, b->fail_layer,
+		               kvl_strerror(b->first_err));
 	pthread_mutex_unlock(&lk->mu);
 	return rc;
 }

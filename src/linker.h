@@ -114,6 +114,13 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen);
 void kvl__lk_gpu_close(kvl_linker *lk);
 int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer);
 int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer);
+/* Waits, holding mu, until layer `layer` of `batch` is complete (with
+ * `issued`: until its GPU copies are issued) or, without `issued`, known to
+ * have failed. 0, or KVL_ENOTFOUND / KVL_ETIMEDOUT with a message starting
+ * with `what`. *b_out gets the batch's slot. */
+int kvl__lk_wait_layer_locked(kvl_linker *lk, uint64_t batch, uint32_t layer,
+                              uint32_t timeout_ms, int issued,
+                              const char *what, lk_batch **b_out);
 /* Unpins the objects a batch's GPU loads held; after its last layer. */
 void kvl__lk_gpu_end_batch(kvl_linker *lk, lk_batch *b);
 void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,

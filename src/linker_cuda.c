@@ -22,7 +22,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "cuda.h"
 #include "linker.h"
@@ -327,41 +326,10 @@ int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch, uint32_t layer,
 		return kvl__fail(&lk->err, KVL_ERANGE,
 		                 "wait_stream: layer %u >= %u layers", layer,
 		                 lk->n_layers);
-	uint64_t t_end = kvl__now_ns() + (uint64_t)timeout_ms * 1000000u;
+	lk_batch *b;
 	pthread_mutex_lock(&lk->mu);
-	lk_batch *b = &lk->batches[batch % KVL_LINKER_MAX_BATCHES];
-	int rc = 0;
-	for (;;) {
-		if (b->id != batch || batch >= lk->next_batch) {
-			rc = kvl__fail(&lk->err, KVL_ENOTFOUND,
-			               "wait_stream: batch %llu is unknown or "
-			               "too old",
-			               (unsigned long long)batch);
-			break;
-		}
-		if (b->enqueued > layer || b->done > layer)
-			break;
-		uint64_t now = kvl__now_ns();
-		if (timeout_ms != UINT32_MAX && now >= t_end) {
-			rc = kvl__fail(&lk->err, KVL_ETIMEDOUT,
-			               "wait_stream: batch %llu layer %u not "
-			               "issued after %u ms",
-			               (unsigned long long)batch, layer,
-			               timeout_ms);
-			break;
-		}
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		uint64_t left = timeout_ms == UINT32_MAX ? 1000000000u
-		                                         : t_end - now;
-		ts.tv_sec += (time_t)(left / 1000000000u);
-		ts.tv_nsec += (long)(left % 1000000000u);
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&lk->cv_progress, &lk->mu, &ts);
-	}
+	int rc = kvl__lk_wait_layer_locked(lk, batch, layer, timeout_ms, 1,
+	                                   "wait_stream", &b);
 	int failed = rc == 0 && b->first_err && b->fail_layer <= layer
 	                     ? b->first_err
 	                     : 0;
