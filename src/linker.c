@@ -172,7 +172,10 @@ int kvl_linker_open(const kvl_layout *layout, kvl_store *store,
 	int rc = KVL_ENOMEM;
 	if (!lk->comp || !lk->lookup.bits || !lk->policies ||
 	    kvl__lk_io_alloc(&lk->load_io, o.io_batch,
-	                     (1 + lk->max_comps) * sizeof(kvl_range), 0) ||
+	                     (1 + (store->whole_reads ? max_pieces
+	                                              : lk->max_comps)) *
+	                             sizeof(kvl_range),
+	                     0) ||
 	    kvl__lk_io_alloc(&lk->off_io, o.io_batch,
 	                     (1 + max_pieces) * sizeof(kvl_iov), lk->max_header))
 		goto fail;
@@ -823,6 +826,17 @@ int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
 
 /* ---------------------------------------------------------------- loader */
 
+/* The end of the layers read together with layer ly of p: ly alone, or
+ * every layer at the first one when the store reads whole objects anyway
+ * (store->whole_reads). */
+static const kvl__layer *read_end(const kvl_linker *lk, const kvl__pool *p,
+                                  const kvl__layer *ly)
+{
+	return lk->store->whole_reads && ly == &p->layers[0]
+	               ? p->layers + p->n_layers
+	               : ly + 1;
+}
+
 /* Reads the io's gathered items and checks each one. */
 static void load_flush(kvl_linker *lk, lk_io *io, size_t m, uint32_t layer,
                        int *layer_err)
@@ -844,16 +858,18 @@ static void load_flush(kvl_linker *lk, lk_io *io, size_t m, uint32_t layer,
 			err = kvl__obj_header_check(it->hdr, p->header_size,
 			                            &id, NULL);
 		}
-		if (!err && !lk->store->trusted)
-			err = kvl__obj_layer_ok(it->hdr, (uint32_t)(ly - p->layers),
-			                        kvl__layer_sum(p, ly, it->slot));
+		const kvl__layer *end = read_end(lk, p, ly), *l;
+		for (l = ly; !err && l < end && !lk->store->trusted; l++)
+			err = kvl__obj_layer_ok(it->hdr, (uint32_t)(l - p->layers),
+			                        kvl__layer_sum(p, l, it->slot));
 		if (err) {
 			kvl__lk_req_fail(r, it->page, err);
 			if (!*layer_err)
 				*layer_err = err;
-		} else {
-			KVL__COUNT(&lk->stats, loaded_bytes, ly->len);
+			continue;
 		}
+		for (l = ly; l < end; l++)
+			KVL__COUNT(&lk->stats, loaded_bytes, l->len);
 	}
 }
 
@@ -879,7 +895,11 @@ static int load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 				rg[n_rg + c++] = (kvl_range){
 					.offset = 0, .addr = it->hdr,
 					.len = p->header_size};
-			c += kvl__layer_ranges(p, ly, it->slot, rg + n_rg + c);
+			else if (lk->store->whole_reads)
+				continue; /* read with the first layer */
+			for (const kvl__layer *l = ly; l < read_end(lk, p, ly); l++)
+				c += kvl__layer_ranges(p, l, it->slot,
+				                       rg + n_rg + c);
 			n_rg += c;
 			io->keyp[m] = it->key;
 			io->items[m] = it;

@@ -109,11 +109,15 @@ struct kvl_store {
 	const kvl_store_ops *ops;
 	void *impl;
 	int trusted; /* 1: payload checksums need not be verified on reads */
+	/* 1: a read costs the whole object whatever its ranges (Mooncake):
+	 * the linker reads all of a page's layers at once. */
+	int whole_reads;
 	kvl__err err;
 };
 
 extern const kvl_store_ops kvl__store_mem_ops;
 extern const kvl_store_ops kvl__store_fault_ops;
 extern const kvl_store_ops kvl__store_redis_ops; /* when KVL_HAVE_REDIS */
+extern const kvl_store_ops kvl__store_mooncake_ops;
 
 #endif /* KVL_STORE_H */

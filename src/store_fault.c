@@ -25,6 +25,10 @@
  *   fault.fail_get_call=K  the K-th get call (1-based, from open) fails
  *                        whole with KVL_EIO; 0 (default): none
  *   fault.fail_put_call=K  the same for puts
+ *   fault.whole_reads=0|1  say that reads move whole objects, as Mooncake's
+ *                        do (store->whole_reads), so the linker reads all
+ *                        of a page's layers at once; inherited from the
+ *                        inner store
  * Unknown fault.* options are KVL_EPARSE. The store is never trusted
  * (store->trusted = 0), so kvlink verifies payload checksums on reads.
  *
@@ -82,6 +86,7 @@ static const char *const fault_options[] = {
 	"fault.error",     "fault.corrupt",      "fault.evict",
 	"fault.latency_ms", "fault.latency_p",   "fault.seed",
 	"fault.down",      "fault.fail_get_call", "fault.fail_put_call",
+	"fault.whole_reads",
 };
 
 #define FAULT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -455,7 +460,8 @@ static void fault_close(void *impl)
 
 /* Reads the fault.* options into cfg and seed. */
 static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
-                              uint64_t *seed, char *errbuf, size_t errlen)
+                              uint64_t *seed, int *whole, char *errbuf,
+                              size_t errlen)
 {
 	uint64_t latency_ms = 0;
 	int rc;
@@ -477,7 +483,8 @@ static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
 			                     "fault.latency_p, fault.seed, "
 			                     "fault.down, "
 			                     "fault.fail_get_call, "
-			                     "fault.fail_put_call)",
+			                     "fault.fail_put_call, "
+			                     "fault.whole_reads)",
 			                     k);
 	}
 
@@ -497,7 +504,9 @@ static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
 	    (rc = kvl__uri_u64(uri, "fault.fail_get_call", &cfg->fail_get_call,
 	                       errbuf, errlen)) < 0 ||
 	    (rc = kvl__uri_u64(uri, "fault.fail_put_call", &cfg->fail_put_call,
-	                       errbuf, errlen)) < 0)
+	                       errbuf, errlen)) < 0 ||
+	    (rc = kvl__uri_bool(uri, "fault.whole_reads", whole, errbuf,
+	                        errlen)) < 0)
 		return rc;
 	if (latency_ms > FAULT_LATENCY_MAX_MS)
 		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
@@ -548,7 +557,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	kvl__fault_cfg cfg = { .latency_p = 1.0 };
 	uint64_t seed = 1;
 	kvl_store *inner = NULL;
-	int rc;
+	int rc, whole = 0;
 
 	if (strncmp(uri->scheme, FAULT_PREFIX, FAULT_PREFIX_LEN) != 0 ||
 	    uri->scheme[FAULT_PREFIX_LEN] == '\0')
@@ -557,7 +566,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 		                     "store; expected fault+<scheme>, e.g. "
 		                     "\"fault+mem:?fault.error=0.1\"",
 		                     uri->scheme);
-	rc = fault_read_options(uri, &cfg, &seed, errbuf, errlen);
+	rc = fault_read_options(uri, &cfg, &seed, &whole, errbuf, errlen);
 	if (rc < 0)
 		return rc;
 
@@ -588,6 +597,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	atomic_init(&f->n_evictions, 0);
 	atomic_init(&f->n_delays, 0);
 	store->trusted = 0; /* whatever the inner store says */
+	store->whole_reads = whole || inner->whole_reads;
 	*impl = f;
 	return 0;
 }

@@ -12,7 +12,10 @@
  * compared layer by layer (and slots not loaded are checked untouched).
  * Stores are the embedded "mem:" store and, for failure and timing paths,
  * the fault-injection store "fault+mem:" (tests that need it skip and say
- * why when this build cannot open it).
+ * why when this build cannot open it). With KVL_TEST_STORE_URI set (e.g.
+ * by tests/mooncake/run.sh or tests/redis/run.sh), every test runs on that
+ * store instead, "fault+" wrapped where it needs faults, each test in a
+ * key namespace of its own (a shared server keeps earlier tests' objects).
  *
  * Every accepted request is collected with collect(), which polls until all
  * expected ids arrived (10 s at most) and fails on an id seen twice, an id
@@ -46,7 +49,10 @@
 
 #include <cmocka.h>
 
+#include <unistd.h>
+
 #include "kvlink.h"
+#include "store.h"
 #include "store_fault.h"
 
 #define NP 16          /* slots per pool */
@@ -62,11 +68,45 @@
 #define MAX_POOLS 3
 #define MAX_BUFS 16
 #define FILL 0xEE      /* what destination memory holds before a load */
-#define STORE_URI "mem:?capacity=16MiB"
+#define MEM_URI "mem:?capacity=16MiB"
+#define STORE_URI store_uri("", NULL)
 #define COLLECT_MS 10000
 #define LONG_MS 10000
 
 /* ================================================================= helpers */
+
+/* The store under test: $KVL_TEST_STORE_URI, or the embedded store. */
+static const char *env_store(void)
+{
+	const char *e = getenv("KVL_TEST_STORE_URI");
+	return e && *e ? e : NULL;
+}
+
+/* `prefix` + the store under test + `opts` as more query options, e.g.
+ * store_uri("fault+", "fault.seed=3"). From a ring of static buffers. */
+static const char *store_uri(const char *prefix, const char *opts)
+{
+	static char ring[8][1024];
+	static unsigned next;
+	char *out = ring[next++ % 8];
+	const char *base = env_store() ? env_store() : MEM_URI;
+	int n = snprintf(out, sizeof ring[0], "%s%s%s%s", prefix, base,
+	                 !opts ? "" : strchr(base, '?') ? "&" : "?",
+	                 opts ? opts : "");
+	assert_true(n > 0 && (size_t)n < sizeof ring[0]);
+	return out;
+}
+
+/* Each test's key namespace on a shared store: the layout's model tag
+ * carries the process and the test's number. */
+static unsigned test_number;
+
+static int next_test(void **state)
+{
+	(void)state;
+	test_number++;
+	return 0;
+}
 
 static uint64_t now_ms(void)
 {
@@ -163,8 +203,11 @@ static void host_init2(host *h, const hcfg *cfg, int unfinalized)
 	const kvl_shard *sh = cfg && cfg->shard.tp_size ? &cfg->shard
 	                                                : &single;
 	char err[256] = "";
-	int rc = kvl_layout_create("test-model/bf16", 16, sh, &h->l, err,
-	                           sizeof err);
+	char tag[64] = "test-model/bf16";
+	if (env_store())
+		snprintf(tag, sizeof tag, "test-%ld-%u/bf16", (long)getpid(),
+		         test_number);
+	int rc = kvl_layout_create(tag, 16, sh, &h->l, err, sizeof err);
 	if (rc)
 		print_error("layout_create: %s\n", err);
 	assert_int_equal(rc, KVL_OK);
@@ -569,29 +612,23 @@ static size_t lookup(kvl_linker *lk, const kvl_hash *pages, size_t n,
 
 /* --------------------------------------------------------- fault store */
 
-/* 1 when this build opens "fault+mem:" stores with the options the tests
- * use; else prints why and returns 0. */
+/* 1 when this build opens "fault+" stores around the store under test;
+ * else prints why (once) and returns 0. */
 static int fault_store_ok(void)
 {
-	static const char *const uris[] = {
-		"fault+mem:?capacity=1MiB",
-		"fault+mem:?capacity=1MiB&fault.latency_ms=1",
-		"fault+mem:?capacity=1MiB&fault.fail_get_call=3",
-		"fault+mem:?capacity=1MiB&fault.error=0.2&fault.seed=7",
-	};
-	for (size_t i = 0; i < sizeof uris / sizeof uris[0]; i++) {
-		kvl_store *s = NULL;
-		char err[256] = "";
-		int rc = kvl_store_open(uris[i], &s, err, sizeof err);
-		if (rc) {
-			printf("[  SKIP    ] the fault store cannot be opened "
-			       "(%s): %s: %s\n",
-			       uris[i], kvl_err_name(rc), err);
-			return 0;
-		}
-		kvl_store_close(s);
-	}
-	return 1;
+	static int known = -1;
+	if (known >= 0)
+		return known;
+	kvl_store *s = NULL;
+	char err[256] = "";
+	const char *uri = store_uri("fault+", "fault.latency_ms=1");
+	int rc = kvl_store_open(uri, &s, err, sizeof err);
+	if (rc)
+		printf("[  SKIP    ] the fault store cannot be opened (%s): "
+		       "%s: %s\n",
+		       uri, kvl_err_name(rc), err);
+	kvl_store_close(s);
+	return known = rc == 0;
 }
 
 #define NEED_FAULT_STORE()                                                 \
@@ -1156,9 +1193,10 @@ static void test_io_batch(void **state)
 	host_init(&src, &cfg);
 	host_init(&dst, &cfg);
 	kvl_hash pg[7];
-	make_pages(pg, 7, 23);
 	static const uint32_t sizes[] = {1, 2, 5, 64};
 	for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+		/* New pages each round: a shared store keeps the last's. */
+		make_pages(pg, 7, 23 + 100 * (unsigned)k);
 		kvl_store *s = open_store(STORE_URI);
 		kvl_linker_opts o = {.struct_size = sizeof o};
 		o.io_batch = sizes[k];
@@ -1547,11 +1585,13 @@ static void run_corrupt(const char *uri)
 	f.slot[dst.kv][2] = KVL_NO_SLOT; /* skip the garbage page */
 	memset(dst.mem, FILL, dst.mem_bytes);
 	c = load_sync(ld, 5, &f, NULL, waits);
-	if (strstr(uri, "verify=1")) {
-		assert_int_equal(waits[0], KVL_OK);
-		assert_int_equal(waits[1], KVL_OK);
-		assert_int_equal(waits[2], KVL_ECORRUPT);
-		assert_int_equal(waits[3], KVL_ECORRUPT);
+	if (!s->trusted) {
+		/* A store that reads whole objects has every layer read,
+		 * and checked, with the first. */
+		int at = s->whole_reads ? 0 : 2;
+		for (int ly = 0; ly < N_LAYERS; ly++)
+			assert_int_equal(waits[ly],
+			                 ly < at ? KVL_OK : KVL_ECORRUPT);
 		expect_completion(&c, KVL_REQ_LOAD, KVL_ECORRUPT, 4, 6);
 		check_req(&dst, &f, 4, N_LAYERS);
 	} else {
@@ -1572,7 +1612,111 @@ static void test_load_corrupt(void **state)
 {
 	(void)state;
 	run_corrupt(STORE_URI);
-	run_corrupt(STORE_URI "&verify=1");
+	if (!env_store())
+		run_corrupt(store_uri("", "verify=1"));
+}
+
+/* A store that reads whole objects (as Mooncake's does): the linker reads
+ * every layer of a pool's pages with the pool's first layer, one get per
+ * pool and batch, and checks them all there; failures surface at that
+ * layer. */
+static void test_load_whole_reads(void **state)
+{
+	(void)state;
+	NEED_FAULT_STORE();
+	hcfg cfg = {.swa = 1};
+	host src, dst;
+	host_init(&src, &cfg);
+	host_init(&dst, &cfg);
+	kvl_store *s = open_store(store_uri("fault+", NULL));
+	if (!s->whole_reads) { /* say it, unless the store under test does */
+		kvl_store_close(s);
+		s = open_store(store_uri("fault+", "fault.whole_reads=1"));
+	}
+	assert_true(s->whole_reads);
+	kvl_linker *ls = open_lk(&src, s, NULL);
+	kvl_linker *ld = open_lk(&dst, s, NULL);
+	kvl_hash pg[5];
+	make_pages(pg, 5, 12);
+	req r;
+	req_init(&r, pg, 5);
+	req_pool(&r, src.kv, 0, 0);
+	req_pool(&r, src.swa, 0, 0);
+	fill_req(&src, &r);
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r, NULL)},
+	                  KVL_REQ_OFFLOAD, 0, 5, 5);
+
+	/* kv pages 0..4 (first layer 0), swa pages 3, 4 (first layer 1):
+	 * two gets, every byte of every layer. */
+	req d;
+	req_init(&d, pg, 5);
+	req_pool(&d, dst.kv, 0, 0);
+	req_pool(&d, dst.swa, 0, 3);
+	int waits[N_LAYERS];
+	uint64_t gets = fault_gets(s);
+	kvl_completion c = load_sync(ld, 2, &d, NULL, waits);
+	assert_int_equal(fault_gets(s) - gets, 2);
+	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
+		assert_int_equal(waits[ly], KVL_OK);
+	expect_completion(&c, KVL_REQ_LOAD, 0, 5, 5);
+	check_req(&dst, &d, 5, N_LAYERS);
+
+	/* The swa read (layer 1) fails: kv's pages 0..2 stay valid. */
+	memset(dst.mem, FILL, dst.mem_bytes);
+	fault_fail_get_in(s, 2);
+	c = load_sync(ld, 3, &d, NULL, waits);
+	assert_int_equal(waits[0], KVL_OK);
+	for (uint32_t ly = 1; ly < N_LAYERS; ly++)
+		assert_int_equal(waits[ly], KVL_EIO);
+	expect_completion(&c, KVL_REQ_LOAD, KVL_EIO, 3, 5);
+	check_req(&dst, &d, 3, N_LAYERS);
+
+	/* The kv read fails: nothing is valid. */
+	fault_fail_get_in(s, 1);
+	c = load_sync(ld, 4, &d, NULL, waits);
+	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
+		assert_int_equal(waits[ly], KVL_EIO);
+	expect_completion(&c, KVL_REQ_LOAD, KVL_EIO, 0, 5);
+
+	/* A flipped byte in the last layer of kv page 1 is caught at layer
+	 * 0, where it was read: valid 1. */
+	size_t off = 0, llen = 0, len = 0;
+	assert_int_equal(kvl_layout_layer_range(src.l, src.kv, N_LAYERS - 1,
+	                                        &off, &llen),
+	                 KVL_OK);
+	uint8_t *obj = object_of(s, &src, src.kv, &pg[1], &len);
+	obj[off + llen - 1] ^= 0x01;
+	plant(s, &src, src.kv, &pg[1], obj, len);
+	free(obj);
+	memset(dst.mem, FILL, dst.mem_bytes);
+	c = load_sync(ld, 5, &d, NULL, waits);
+	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
+		assert_int_equal(waits[ly], KVL_ECORRUPT);
+	expect_completion(&c, KVL_REQ_LOAD, KVL_ECORRUPT, 1, 5);
+	check_req(&dst, &d, 1, N_LAYERS);
+
+	/* swa page 4 evicted: the batch fails from swa's layer 1, valid 4
+	 * once kv page 1 is good again. */
+	remove_page(s, &src, src.kv, &pg[1], NULL);
+	req one;
+	req_init(&one, pg + 1, 1);
+	req_pool(&one, src.kv, 1, 0);
+	expect_completion((kvl_completion[]){offload_sync(ls, 6, &one, NULL)},
+	                  KVL_REQ_OFFLOAD, 0, 1, 1);
+	remove_page(s, &src, src.swa, &pg[4], NULL);
+	memset(dst.mem, FILL, dst.mem_bytes);
+	c = load_sync(ld, 7, &d, NULL, waits);
+	assert_int_equal(waits[0], KVL_OK);
+	for (uint32_t ly = 1; ly < N_LAYERS; ly++)
+		assert_int_equal(waits[ly], KVL_ENOTFOUND);
+	expect_completion(&c, KVL_REQ_LOAD, KVL_ENOTFOUND, 4, 5);
+	check_req(&dst, &d, 4, N_LAYERS);
+
+	kvl_linker_close(ld);
+	kvl_linker_close(ls);
+	kvl_store_close(s);
+	host_free(&dst);
+	host_free(&src);
 }
 
 /* Store errors: the 3rd get call of a batch (layer 2) fails whole. */
@@ -1585,7 +1729,15 @@ static void test_load_store_error(void **state)
 	host_init(&src, &cfg);
 	host_init(&dst, &cfg);
 	kvl_store *s =
-		open_store("fault+mem:?capacity=16MiB&fault.fail_get_call=3");
+		open_store(store_uri("fault+", "fault.fail_get_call=3"));
+	if (s->whole_reads) {
+		printf("[  SKIP    ] one get per layer: this store reads whole "
+		       "objects (test_load_whole_reads covers it)\n");
+		kvl_store_close(s);
+		host_free(&dst);
+		host_free(&src);
+		skip();
+	}
 	kvl_linker *ls = open_lk(&src, s, NULL);
 	kvl_linker *ld = open_lk(&dst, s, NULL);
 	kvl_hash pg[5];
@@ -1693,7 +1845,7 @@ static void test_lookup_rank_down(void **state)
 	for (unsigned r = 0; r < 2; r++) {
 		hcfg cfg = {.shard = {r, 2, 0, 1, 0, 1}};
 		host_init(&h[r], &cfg);
-		s[r] = open_store("fault+mem:?capacity=16MiB");
+		s[r] = open_store(store_uri("fault+", NULL));
 		kvl_linker_opts o = {.struct_size = sizeof o};
 		o.allreduce = kvl_rank_group_allreduce;
 		o.allreduce_user = g;
@@ -1742,7 +1894,7 @@ static void test_slow_store(void **state)
 	host src, dst;
 	host_init(&src, NULL);
 	host_init(&dst, NULL);
-	kvl_store *s = open_store("fault+mem:?capacity=16MiB");
+	kvl_store *s = open_store(store_uri("fault+", NULL));
 	kvl_linker *ls = open_lk(&src, s, NULL);
 	kvl_linker *ld = open_lk(&dst, s, NULL);
 	kvl_hash pg[3];
@@ -1839,10 +1991,10 @@ static void test_random_errors(void **state)
 		"fault.error=0.01&fault.corrupt=0.01&fault.evict=0.01",
 	};
 	for (unsigned seed = 1; seed <= 4; seed++) {
-		char uri[160];
-		snprintf(uri, sizeof uri,
-		         "fault+mem:?capacity=16MiB&%s&fault.seed=%u",
+		char opts[160];
+		snprintf(opts, sizeof opts, "%s&fault.seed=%u",
 		         faults[seed - 1], seed);
+		const char *uri = store_uri("fault+", opts);
 		kvl_store *s = open_store(uri);
 		kvl_linker_opts o = {.struct_size = sizeof o};
 		o.io_batch = 3; /* several store calls per layer */
@@ -2289,7 +2441,7 @@ static void test_shutdown_queued(void **state)
 	host src, dst;
 	host_init(&src, NULL);
 	host_init(&dst, NULL);
-	kvl_store *s = open_store(slow ? "fault+mem:?capacity=16MiB"
+	kvl_store *s = open_store(slow ? store_uri("fault+", NULL)
 	                               : STORE_URI);
 	kvl_hash pg[4];
 	make_pages(pg, 4, 16);
@@ -2400,7 +2552,7 @@ static void test_shutdown_running(void **state)
 	host src, dst;
 	host_init(&src, NULL);
 	host_init(&dst, NULL);
-	kvl_store *s = open_store("fault+mem:?capacity=16MiB");
+	kvl_store *s = open_store(store_uri("fault+", NULL));
 	kvl_linker *ls = open_lk(&src, s, NULL);
 	kvl_hash pg[2];
 	make_pages(pg, 2, 17);
@@ -2485,7 +2637,7 @@ static void test_shutdown_concurrent(void **state)
 	NEED_FAULT_STORE();
 	host h;
 	host_init(&h, NULL);
-	kvl_store *s = open_store("fault+mem:?capacity=16MiB");
+	kvl_store *s = open_store(store_uri("fault+", NULL));
 	kvl_linker *lk = open_lk(&h, s, NULL);
 	kvl_hash pg[2];
 	make_pages(pg, 2, 22);
@@ -2585,6 +2737,7 @@ typedef struct shared {
 	size_t n_done;
 	int stop;
 	int may_close; /* a shutdown may come: ECLOSED, ECANCELED are fine */
+	int trusted;   /* the store's: payload checksums are not checked */
 	int errors;    /* failed expectations inside threads */
 } shared;
 
@@ -2690,8 +2843,12 @@ static void *engine_main(void *p)
 				continue;
 			}
 			rc = kvl_linker_wait(sh->lk, b, N_LAYERS - 1, LONG_MS);
+			/* Two loads of one engine may share a batch and its
+			 * slots: a store that is not trusted has the layer
+			 * checksums catch the page overwritten by the other. */
 			if (rc && rc != KVL_ENOTFOUND &&
-			    !(rc == KVL_ECANCELED && sh->may_close))
+			    !(rc == KVL_ECANCELED && sh->may_close) &&
+			    !(rc == KVL_ECORRUPT && !sh->trusted))
 				sh_error(sh, "wait", rc);
 		} else if (op == 10) {
 			size_t prefix = 0;
@@ -2746,6 +2903,7 @@ static void run_exactly_once(size_t shutdown_at)
 	sh->dst = &dst;
 	sh->pg = pg;
 	sh->may_close = shutdown_at > 0;
+	sh->trusted = s->trusted;
 	/* Pages 0..7 from slots 0..7 (offloads re-offer subsets of them). */
 	req r;
 	req_init(&r, pg, 8);
@@ -2816,6 +2974,9 @@ static void run_exactly_once(size_t shutdown_at)
 				assert_true(shutdown_at > 0);
 			assert_int_equal(c->valid_pages, 0);
 			n_cancel++;
+		} else if (c->status == KVL_ECORRUPT && !sh->trusted) {
+			/* Slots shared within a batch (engine_main). */
+			assert_int_equal(c->kind, KVL_REQ_LOAD);
 		} else {
 			expect_completion(c, c->kind, 0, 4, 4);
 		}
@@ -2854,29 +3015,30 @@ static void test_exactly_once_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_open_errors),
-		cmocka_unit_test(test_lookup_basic),
-		cmocka_unit_test(test_lookup_trailing),
-		cmocka_unit_test(test_lookup_namespace),
-		cmocka_unit_test(test_lookup_ranks),
-		cmocka_unit_test(test_lookup_rank_down),
-		cmocka_unit_test(test_load_roundtrip),
-		cmocka_unit_test(test_io_batch),
-		cmocka_unit_test(test_load_args),
-		cmocka_unit_test(test_load_evicted),
-		cmocka_unit_test(test_load_corrupt),
-		cmocka_unit_test(test_load_store_error),
-		cmocka_unit_test(test_slow_store),
-		cmocka_unit_test(test_random_errors),
-		cmocka_unit_test(test_cancel),
-		cmocka_unit_test(test_offload_present),
-		cmocka_unit_test(test_offload_replicated),
-		cmocka_unit_test(test_queue_full),
-		cmocka_unit_test(test_shutdown_queued),
-		cmocka_unit_test(test_shutdown_running),
-		cmocka_unit_test(test_shutdown_concurrent),
-		cmocka_unit_test(test_close_busy),
-		cmocka_unit_test(test_exactly_once_threads),
+		cmocka_unit_test_setup(test_open_errors, next_test),
+		cmocka_unit_test_setup(test_lookup_basic, next_test),
+		cmocka_unit_test_setup(test_lookup_trailing, next_test),
+		cmocka_unit_test_setup(test_lookup_namespace, next_test),
+		cmocka_unit_test_setup(test_lookup_ranks, next_test),
+		cmocka_unit_test_setup(test_lookup_rank_down, next_test),
+		cmocka_unit_test_setup(test_load_roundtrip, next_test),
+		cmocka_unit_test_setup(test_io_batch, next_test),
+		cmocka_unit_test_setup(test_load_args, next_test),
+		cmocka_unit_test_setup(test_load_evicted, next_test),
+		cmocka_unit_test_setup(test_load_corrupt, next_test),
+		cmocka_unit_test_setup(test_load_store_error, next_test),
+		cmocka_unit_test_setup(test_load_whole_reads, next_test),
+		cmocka_unit_test_setup(test_slow_store, next_test),
+		cmocka_unit_test_setup(test_random_errors, next_test),
+		cmocka_unit_test_setup(test_cancel, next_test),
+		cmocka_unit_test_setup(test_offload_present, next_test),
+		cmocka_unit_test_setup(test_offload_replicated, next_test),
+		cmocka_unit_test_setup(test_queue_full, next_test),
+		cmocka_unit_test_setup(test_shutdown_queued, next_test),
+		cmocka_unit_test_setup(test_shutdown_running, next_test),
+		cmocka_unit_test_setup(test_shutdown_concurrent, next_test),
+		cmocka_unit_test_setup(test_close_busy, next_test),
+		cmocka_unit_test_setup(test_exactly_once_threads, next_test),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
