@@ -409,6 +409,18 @@ KVL_API void kvl_rank_group_free(kvl_rank_group *group);
  *       bytes per connection (2MiB), replicas=0|1 (read from replicas),
  *       pool (idle connections per node, 4). A server down at open, or a
  *       refused password, is KVL_EIO at open. See docs/redis.md.
+ *   mooncake://MASTER_HOST[:PORT][?options]
+ *       Mooncake Store (master port 50051 by default), through
+ *       libmooncake_store.so loaded at open: KVL_ENOTSUP naming what is
+ *       missing without it. Options: lib (the library's path; default
+ *       $KVL_MOONCAKE_LIB, else the loader's search path), local (this
+ *       client's address, 127.0.0.1), metadata (P2PHANDSHAKE), protocol
+ *       (tcp), device (""), segment (memory this client gives the pool, 0),
+ *       buffer (Mooncake's local buffer, 64MiB), staging (kvlink's
+ *       registered staging, 256MiB: an object must fit half of it),
+ *       replicas (1). Reads move whole objects; the linker reads every
+ *       layer of a page at once. A master down at open is KVL_EIO. See
+ *       docs/mooncake.md.
  *   fault+<URI>                         fault injection around any store
  *       (options prefixed fault.; see docs/stores.md)
  * Stores are thread-safe: any number of threads may call any function on one

@@ -319,6 +319,7 @@ static const kvl_store_ops *const store_backends[] = {
 #if KVL_HAVE_REDIS
 	&kvl__store_redis_ops,
 #endif
+	&kvl__store_mooncake_ops, /* loads its library at open */
 };
 
 /* Schemes kvlink knows but this build does not carry, with the reason. */

@@ -720,6 +720,29 @@ static int r_uri_redis_down(void)
 	/* Port 1 on loopback: nothing listens there. */
 	return open_uri("redis://127.0.0.1:1?connect_timeout_ms=500");
 }
+static int r_mc_no_library(void)
+{
+	return open_uri(
+		"mooncake://127.0.0.1:1?lib=/nonexistent/libmooncake_store.so");
+}
+static int r_mc_not_mooncake(void)
+{
+	return open_uri("mooncake://127.0.0.1:1?lib=libcrypto.so.3");
+}
+static int r_mc_no_host(void) { return open_uri("mooncake://"); }
+static int r_mc_path(void) { return open_uri("mooncake://h:1/db"); }
+static int r_mc_replicas(void)
+{
+	return open_uri("mooncake://h:1?replicas=0");
+}
+static int r_mc_staging(void)
+{
+	return open_uri("mooncake://h:1?staging=1KiB");
+}
+static int r_mc_unknown(void)
+{
+	return open_uri("mooncake://h:1?segmnet=1GiB");
+}
 static int r_uri_out_null(void)
 {
 	char err[256] = "";
@@ -1881,6 +1904,13 @@ static const row rows[] = {
 	R("uri.unknown-scheme", r_uri_unknown_scheme),
 	R("uri.redis-not-built", r_uri_redis_missing),
 	R("uri.redis-unreachable", r_uri_redis_down),
+	R("mooncake.no-library", r_mc_no_library),
+	R("mooncake.not-mooncake", r_mc_not_mooncake),
+	R("mooncake.no-host", r_mc_no_host),
+	R("mooncake.path", r_mc_path),
+	R("mooncake.replicas", r_mc_replicas),
+	R("mooncake.staging", r_mc_staging),
+	R("mooncake.unknown-option", r_mc_unknown),
 	R("uri.out-null", r_uri_out_null),
 	R("mem.size", r_mem_size),
 	R("mem.size-overflow", r_mem_size_overflow),

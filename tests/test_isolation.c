@@ -6,7 +6,7 @@
  * $KVL_TEST_STORE_URI that tests/redis/run.sh exports, when it is a
  * redis:// URI) names a server; ctest runs it so against a throwaway cluster
  * (test redis_isolation). Without one the Redis part is skipped, and says
- * so.
+ * so. Any other $KVL_TEST_STORE_URI is tested too (mooncake_isolation).
  *
  * An engine A offloads pages through a linker. Then, for each engine B that
  * differs from A in one respect, and for the same pages:
@@ -582,6 +582,9 @@ int main(void)
 		       "redis://127.0.0.1:6379; tests/redis/ start servers)\n");
 	else
 		run_store(redis, "redis");
+	/* Any other store under test, e.g. from tests/mooncake/run.sh. */
+	if (any && *any && strncmp(any, "redis", 5) != 0)
+		run_store(any, any);
 	if (g_fail) {
 		printf("test_isolation: %d failures\n", g_fail);
 		return 1;

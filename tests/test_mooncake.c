@@ -1,0 +1,550 @@
+/*
+ * test_mooncake.c — the mooncake:// store: clear errors without Mooncake
+ * (always), and against a real deployment (tests/mooncake/run.sh: a master
+ * and a client holding the pool's memory, in other processes) objects,
+ * "already exists", byte ranges of whole objects, eviction under pressure,
+ * a holder that dies and a master that dies: every failure is a clean
+ * per-key or per-request error, and loads never report a wrong byte valid.
+ * The generic store and linker suites run on the same deployment too
+ * (ctest: mooncake_store, mooncake_linker, mooncake_isolation).
+ *
+ * Without a deployment ($KVL_MOONCAKE_CTL unset) those tests skip and say
+ * why.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kvl_assert.h"
+
+#include "kvlink.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static const char *deployment(void)
+{
+	const char *ctl = getenv("KVL_MOONCAKE_CTL");
+	const char *uri = getenv("KVL_TEST_STORE_URI");
+	if (!ctl || !*ctl || !uri || strncmp(uri, "mooncake://", 11) != 0)
+		return NULL;
+	return uri;
+}
+
+#define NEED_DEPLOYMENT()                                                   \
+	do {                                                                \
+		if (!deployment()) {                                        \
+			printf("[  SKIP    ] no Mooncake deployment: run "      \
+			       "through tests/mooncake/run.sh (ctest does "  \
+			       "when KVL_MOONCAKE_LIB is set)\n");            \
+			skip();                                             \
+		}                                                           \
+	} while (0)
+
+/* Runs $KVL_MOONCAKE_CTL ACTION (stop-holder, start-master, …). */
+static void ctl(const char *action)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "%s %s", getenv("KVL_MOONCAKE_CTL"), action);
+	if (system(cmd) != 0)
+		fail_msg("%s failed", cmd);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static kvl_store *open_ok(const char *uri)
+{
+	kvl_store *s = NULL;
+	char err[512] = "";
+	int rc = kvl_store_open(uri, &s, err, sizeof err);
+	if (rc)
+		fail_msg("open %s: %s: %s", uri, kvl_err_name(rc), err);
+	return s;
+}
+
+/* Opens `uri`, expecting `code` and a message containing `part`. */
+static void open_fails(const char *uri, int code, const char *part)
+{
+	kvl_store *s = NULL;
+	char err[512] = "";
+	ASSERT_CODE(kvl_store_open(uri, &s, err, sizeof err), code);
+	assert_null(s);
+	ASSERT_CONTAINS(err, part);
+}
+
+/* Key i of a test, unique to this process. */
+static void key_of(char *buf, const char *test, size_t i)
+{
+	snprintf(buf, KVL_KEY_MAX, "kvl-test-mooncake:%ld:%s:%zu",
+	         (long)getpid(), test, i);
+}
+
+static uint8_t byte_of(size_t key, size_t i)
+{
+	return (uint8_t)(key * 131 + i * 7 + (i >> 9));
+}
+
+/* Puts n objects of `len` bytes (key i: bytes byte_of(i, …)); results in
+ * res. */
+static void put_n(kvl_store *s, const char *test, size_t n, size_t len,
+                  int *res)
+{
+	char (*keys)[KVL_KEY_MAX] = malloc(n * KVL_KEY_MAX);
+	const char **kp = malloc(n * sizeof *kp);
+	kvl_iov *iov = malloc(n * sizeof *iov);
+	size_t *one = malloc(n * sizeof *one);
+	uint8_t *data = malloc(n * len);
+	assert_true(keys && kp && iov && one && data);
+	for (size_t i = 0; i < n; i++) {
+		key_of(keys[i], test, i);
+		kp[i] = keys[i];
+		for (size_t b = 0; b < len; b++)
+			data[i * len + b] = byte_of(i, b);
+		iov[i] = (kvl_iov){data + i * len, len};
+		one[i] = 1;
+	}
+	ASSERT_CODE(kvl_store_put(s, kp, n, iov, one, res), KVL_OK);
+	free(keys);
+	free(kp);
+	free(iov);
+	free(one);
+	free(data);
+}
+
+/* Reads n objects of `len` bytes whole; res[i] as kvl_store_get; bytes of
+ * every key that reports success are checked. */
+static void get_n(kvl_store *s, const char *test, size_t n, size_t len,
+                  int64_t *res)
+{
+	char (*keys)[KVL_KEY_MAX] = malloc(n * KVL_KEY_MAX);
+	const char **kp = malloc(n * sizeof *kp);
+	kvl_range *rg = malloc(n * sizeof *rg);
+	size_t *one = malloc(n * sizeof *one);
+	uint8_t *data = malloc(n * len);
+	assert_true(keys && kp && rg && one && data);
+	memset(data, 0xEE, n * len);
+	for (size_t i = 0; i < n; i++) {
+		key_of(keys[i], test, i);
+		kp[i] = keys[i];
+		rg[i] = (kvl_range){0, data + i * len, len};
+		one[i] = 1;
+	}
+	int rc = kvl_store_get(s, kp, n, rg, one, res);
+	for (size_t i = 0; i < n; i++) {
+		if (rc)
+			res[i] = rc;
+		if (res[i] < 0)
+			continue;
+		ASSERT_EQ(res[i], len);
+		for (size_t b = 0; b < len; b++)
+			if (data[i * len + b] != byte_of(i, b))
+				fail_msg("key %zu byte %zu wrong", i, b);
+	}
+	free(keys);
+	free(kp);
+	free(rg);
+	free(one);
+	free(data);
+}
+
+/* ------------------------------------------------------- no Mooncake */
+
+static void test_open_errors(void **state)
+{
+	(void)state;
+	/* No library: ENOTSUP naming it and how to point at it. */
+	open_fails("mooncake://127.0.0.1:1?lib=/nonexistent/libmooncake_store.so",
+	           KVL_ENOTSUP, "libmooncake_store.so");
+	open_fails("mooncake://127.0.0.1:1?lib=/nonexistent/libmooncake_store.so",
+	           KVL_ENOTSUP, "lib=");
+	/* A library that is not Mooncake's. */
+	open_fails("mooncake://127.0.0.1:1?lib=libcrypto.so.3", KVL_ENOTSUP,
+	           "has no mooncake_store_");
+	/* KVL_MOONCAKE_LIB when lib= is not given. */
+	const char *old = getenv("KVL_MOONCAKE_LIB");
+	char *saved = old ? strdup(old) : NULL;
+	setenv("KVL_MOONCAKE_LIB", "/nonexistent/from-env.so", 1);
+	open_fails("mooncake://127.0.0.1:1", KVL_ENOTSUP, "from-env.so");
+	if (saved)
+		setenv("KVL_MOONCAKE_LIB", saved, 1);
+	else
+		unsetenv("KVL_MOONCAKE_LIB");
+	free(saved);
+	/* Malformed URIs and options, refused before loading anything. */
+	open_fails("mooncake://", KVL_EPARSE, "MASTER_HOST");
+	open_fails("mooncake://h:1/db", KVL_EPARSE, "path");
+	open_fails("mooncake://h:1?replicas=0", KVL_EPARSE, "replicas");
+	open_fails("mooncake://h:1?staging=1KiB", KVL_EPARSE, "staging");
+	open_fails("mooncake://h:1?segmnet=1GiB", KVL_EPARSE, "segmnet");
+	open_fails("mooncake://h:1?segment=lots", KVL_EPARSE, "segment");
+}
+
+/* ------------------------------------------------------ a deployment */
+
+/* An engine: one pool of ENG_LAYERS layers, one 64 KiB component, ENG_SLOTS
+ * slots in host memory, and a linker on store s. */
+#define ENG_LAYERS 4
+#define ENG_SLOTS 8
+#define ENG_BYTES (64 << 10)
+typedef struct engine {
+	kvl_layout *l;
+	kvl_linker *lk;
+	uint8_t *mem;
+	int pool;
+} engine;
+
+static void engine_open(engine *e, kvl_store *s, const char *tag)
+{
+	e->mem = malloc((size_t)ENG_LAYERS * ENG_SLOTS * ENG_BYTES);
+	assert_non_null(e->mem);
+	ASSERT_CODE(kvl_layout_create(tag, 16, NULL, &e->l, NULL, 0), KVL_OK);
+	ASSERT_CODE(kvl_layout_add_pool(e->l, "kv", KVL_HIT_ALL_PAGES, 0, 0,
+	                                &e->pool),
+	            KVL_OK);
+	for (uint32_t ly = 0; ly < ENG_LAYERS; ly++) {
+		kvl_buffer b = {
+			.base = e->mem + (size_t)ly * ENG_SLOTS * ENG_BYTES,
+			.page_stride = ENG_BYTES,
+			.page_bytes = ENG_BYTES,
+			.num_pages = ENG_SLOTS,
+			.mem = KVL_MEM_HOST};
+		ASSERT_CODE(kvl_layout_add_buffer(e->l, e->pool, "kv", ly, &b),
+		            KVL_OK);
+	}
+	ASSERT_CODE(kvl_layout_finalize(e->l), KVL_OK);
+	char err[512] = "";
+	int rc = kvl_linker_open(e->l, s, NULL, &e->lk, err, sizeof err);
+	if (rc)
+		fail_msg("linker: %s", err);
+}
+
+static void engine_close(engine *e)
+{
+	kvl_linker_close(e->lk);
+	kvl_layout_free(e->l);
+	free(e->mem);
+}
+
+static void pages_of(kvl_hash *h, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		memset(&h[i], 0, sizeof h[i]);
+		h[i].bytes[0] = (uint8_t)i;
+		h[i].bytes[1] = (uint8_t)seed;
+		h[i].bytes[2] = (uint8_t)getpid();
+	}
+}
+
+static kvl_completion collect(kvl_linker *lk, uint64_t id)
+{
+	kvl_completion c;
+	size_t n = 0;
+	for (int i = 0; i < 600; i++) {
+		ASSERT_CODE(kvl_linker_poll(lk, &c, 1, &n, 1000), KVL_OK);
+		if (n && c.id == id)
+			return c;
+	}
+	fail_msg("request %llu never completed", (unsigned long long)id);
+	return c;
+}
+
+/* Offloads pages 0..n-1 from slots 0..n-1 (filled with a pattern). */
+static void engine_offload(engine *e, const kvl_hash *h, size_t n,
+                           uint64_t id)
+{
+	size_t slots[ENG_SLOTS];
+	for (size_t i = 0; i < n; i++) {
+		slots[i] = i;
+		for (uint32_t ly = 0; ly < ENG_LAYERS; ly++)
+			memset(e->mem + ((size_t)ly * ENG_SLOTS + i) * ENG_BYTES,
+			       (int)(i * 16 + ly + 1), ENG_BYTES);
+	}
+	const size_t *sl[1] = {slots};
+	ASSERT_CODE(kvl_linker_offload(e->lk, id, h, n, NULL, sl), KVL_OK);
+	kvl_completion c = collect(e->lk, id);
+	ASSERT_CODE(c.status, KVL_OK);
+	ASSERT_EQ(c.valid_pages, n);
+}
+
+/* Loads pages 0..n-1 into slots n.. and returns the completion; *waits
+ * gets the wait of the last layer. */
+static kvl_completion engine_load(engine *e, const kvl_hash *h, size_t n,
+                                  uint64_t id, int *wait)
+{
+	size_t slots[ENG_SLOTS];
+	for (size_t i = 0; i < n; i++)
+		slots[i] = n + i;
+	const size_t *sl[1] = {slots};
+	uint64_t b;
+	ASSERT_CODE(kvl_linker_load(e->lk, id, h, n, NULL, sl), KVL_OK);
+	ASSERT_CODE(kvl_linker_start(e->lk, &b), KVL_OK);
+	*wait = kvl_linker_wait(e->lk, b, ENG_LAYERS - 1, 600000);
+	return collect(e->lk, id);
+}
+
+static void test_master_down_at_open(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	const char *lib = getenv("KVL_MOONCAKE_LIB");
+	char uri[1024];
+	/* Port 9 (discard): nobody listens there. */
+	snprintf(uri, sizeof uri, "mooncake://127.0.0.1:9?lib=%s", lib);
+	double t = now_s();
+	open_fails(uri, KVL_EIO, "127.0.0.1:9");
+	printf("master down at open: KVL_EIO after %.1f s\n", now_s() - t);
+}
+
+static void test_objects(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	kvl_store *s = open_ok(deployment());
+	int res[4];
+	int64_t got[4];
+	/* Three objects; putting them again is "already present". */
+	put_n(s, "objects", 3, 100000, res);
+	for (int i = 0; i < 3; i++)
+		ASSERT_CODE(res[i], KVL_PUT_STORED);
+	put_n(s, "objects", 3, 100000, res);
+	for (int i = 0; i < 3; i++)
+		ASSERT_CODE(res[i], KVL_PUT_PRESENT);
+	get_n(s, "objects", 3, 100000, got);
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(got[i], 100000);
+
+	/* Ranges of one object: the head alone (the object is larger than
+	 * the ranges), two pieces, and one past the end. */
+	char k0[KVL_KEY_MAX], k9[KVL_KEY_MAX];
+	key_of(k0, "objects", 0);
+	key_of(k9, "objects", 9);
+	const char *kp[2] = {k0, k9};
+	uint8_t a[64], b[1000];
+	kvl_range rg[3] = {{0, a, sizeof a}, {50000, b, sizeof b}};
+	size_t nr[2] = {1, 1};
+	ASSERT_CODE(kvl_store_get(s, kp, 2, rg, nr, got), KVL_OK);
+	ASSERT_EQ(got[0], sizeof a);
+	ASSERT_CODE(got[1], KVL_ENOTFOUND);
+	for (size_t i = 0; i < sizeof a; i++)
+		ASSERT_EQ(a[i], byte_of(0, i));
+	nr[0] = 2;
+	rg[1] = (kvl_range){50000, b, sizeof b};
+	ASSERT_CODE(kvl_store_get(s, kp, 1, rg, nr, got), KVL_OK);
+	ASSERT_EQ(got[0], sizeof a + sizeof b);
+	for (size_t i = 0; i < sizeof b; i++)
+		ASSERT_EQ(b[i], byte_of(0, 50000 + i));
+	rg[0] = (kvl_range){99999, a, 2};
+	nr[0] = 1;
+	ASSERT_CODE(kvl_store_get(s, kp, 1, rg, nr, got), KVL_OK);
+	ASSERT_CODE(got[0], KVL_ERANGE);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "beyond");
+
+	/* exists and remove. */
+	int ex[2];
+	ASSERT_CODE(kvl_store_exists(s, kp, 2, ex), KVL_OK);
+	ASSERT_EQ(ex[0], 1);
+	ASSERT_EQ(ex[1], 0);
+	ASSERT_CODE(kvl_store_remove(s, kp, 2, ex), KVL_OK);
+	ASSERT_EQ(ex[0], 1);
+	ASSERT_EQ(ex[1], 0);
+	ASSERT_CODE(kvl_store_exists(s, kp, 1, ex), KVL_OK);
+	ASSERT_EQ(ex[0], 0);
+	get_n(s, "objects", 3, 100000, got);
+	ASSERT_CODE(got[0], KVL_ENOTFOUND);
+	ASSERT_EQ(got[1], 100000);
+
+	/* An object larger than half of staging (64MiB in run.sh's URI): a
+	 * clear KVL_ERANGE. */
+	put_n(s, "objects-big", 1, 40 << 20, res);
+	ASSERT_CODE(res[0], KVL_ERANGE);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "staging=");
+
+	kvl_store_stats st;
+	ASSERT_CODE(kvl_store_stats_get(s, &st), KVL_OK);
+	ASSERT_U64(st.puts, 3);
+	kvl_store_close(s);
+}
+
+/* The pool holds less than is put: every put is stored or refused with
+ * KVL_EFULL (never another error), old objects go, and reads of what went
+ * say KVL_ENOTFOUND. */
+static void test_eviction(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	kvl_store *s = open_ok(deployment());
+	enum { N = 160, LEN = 4 << 20 }; /* 640 MiB into a 256 MiB pool */
+	size_t stored = 0, full = 0;
+	for (size_t i = 0; i < N; i += 8) {
+		int res[8];
+		char test[32];
+		snprintf(test, sizeof test, "evict%zu", i);
+		put_n(s, test, 8, LEN, res);
+		for (int k = 0; k < 8; k++) {
+			if (res[k] == KVL_PUT_STORED)
+				stored++;
+			else if (res[k] == KVL_EFULL)
+				full++;
+			else
+				fail_msg("put %zu: %s (%s)", i + k,
+				         kvl_err_name(res[k]),
+				         kvl_store_errmsg(s));
+		}
+	}
+	size_t present = 0, absent = 0;
+	for (size_t i = 0; i < N; i += 8) {
+		int64_t got[8];
+		char test[32];
+		snprintf(test, sizeof test, "evict%zu", i);
+		get_n(s, test, 8, LEN, got);
+		for (int k = 0; k < 8; k++) {
+			if (got[k] == KVL_ENOTFOUND)
+				absent++;
+			else if (got[k] == LEN)
+				present++;
+			else
+				fail_msg("get %zu: %s", i + k,
+				         kvl_err_name((int)got[k]));
+		}
+	}
+	printf("eviction: %zu stored, %zu refused (full); then %zu present, "
+	       "%zu gone\n",
+	       stored, full, present, absent);
+	assert_true(present < N);
+	assert_true(present * (size_t)LEN <= (size_t)300 << 20);
+	kvl_store_close(s);
+}
+
+/* The client that holds the objects dies: reads fail cleanly, puts find
+ * no room; a new holder brings room back. */
+static void test_holder_dies(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	kvl_store *s = open_ok(deployment());
+	int res[8];
+	int64_t got[8];
+	put_n(s, "holder", 8, 256 << 10, res);
+	for (int i = 0; i < 8; i++)
+		ASSERT_CODE(res[i], KVL_PUT_STORED);
+	engine e;
+	engine_open(&e, s, "holder-test");
+	kvl_hash h[4];
+	pages_of(h, 4, 1);
+	engine_offload(&e, h, 4, 1);
+	ctl("stop-holder");
+	double t = now_s();
+	/* The load completes, failed, with no page valid. */
+	int wait;
+	kvl_completion c = engine_load(&e, h, 4, 2, &wait);
+	assert_true(c.status < 0);
+	assert_true(wait < 0);
+	ASSERT_EQ(c.valid_pages, 0);
+	printf("holder died: the load completes with %s\n",
+	       kvl_err_name(c.status));
+	engine_close(&e);
+	get_n(s, "holder", 8, 256 << 10, got);
+	for (int i = 0; i < 8; i++)
+		if (got[i] >= 0)
+			fail_msg("get %d after its holder died: %lld bytes", i,
+			         (long long)got[i]);
+	printf("holder died: reads fail with %s after %.1f s (%s)\n",
+	       kvl_err_name((int)got[0]), now_s() - t, kvl_store_errmsg(s));
+	ctl("start-holder");
+	/* Puts may still be placed on the dead holder's memory until the
+	 * master drops it (its client TTL, 10 s by default); then all land
+	 * in the new holder's. */
+	int ok = 0;
+	double t_back = now_s();
+	for (int tries = 0; tries < 300 && !ok; tries++) {
+		char test[32];
+		snprintf(test, sizeof test, "holder-back%d", tries);
+		put_n(s, test, 8, 4096, res);
+		ok = 1;
+		for (int i = 0; i < 8; i++)
+			ok &= res[i] == KVL_PUT_STORED;
+		if (!ok) {
+			struct timespec ts = {0, 200 * 1000000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	printf("new holder: every put stored after %.1f s\n",
+	       now_s() - t_back);
+	assert_true(ok);
+	kvl_store_close(s);
+}
+
+/* The master dies: every call fails with KVL_EIO, none hangs; a linker's
+ * lookup and offload report it through their results. */
+static void test_master_dies(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	kvl_store *s = open_ok(deployment());
+	int res[4];
+	int64_t got[4];
+	put_n(s, "master", 4, 65536, res);
+	engine e;
+	engine_open(&e, s, "master-test");
+	kvl_hash h[4];
+	pages_of(h, 4, 2);
+	engine_offload(&e, h, 4, 1);
+	ctl("stop-master");
+	double t = now_s();
+	size_t prefix = 99;
+	ASSERT_CODE(kvl_linker_lookup(e.lk, h, 4, NULL, NULL, &prefix),
+	            KVL_EIO);
+	int wait;
+	kvl_completion c = engine_load(&e, h, 4, 2, &wait);
+	assert_true(c.status < 0);
+	ASSERT_EQ(c.valid_pages, 0);
+	pages_of(h, 4, 3);
+	const size_t slots[4] = {0, 1, 2, 3}, *sl[1] = {slots};
+	ASSERT_CODE(kvl_linker_offload(e.lk, 3, h, 4, NULL, sl), KVL_OK);
+	c = collect(e.lk, 3);
+	assert_true(c.status < 0);
+	ASSERT_EQ(c.valid_pages, 0);
+	engine_close(&e);
+	int ex[4];
+	char k0[KVL_KEY_MAX];
+	key_of(k0, "master", 0);
+	const char *kp[1] = {k0};
+	ASSERT_CODE(kvl_store_exists(s, kp, 1, ex), KVL_EIO);
+	get_n(s, "master", 4, 65536, got);
+	for (int i = 0; i < 4; i++)
+		assert_true(got[i] < 0);
+	put_n(s, "master-new", 4, 65536, res);
+	for (int i = 0; i < 4; i++)
+		assert_true(res[i] < 0);
+	printf("master died: exists, get and put fail after %.1f s (%s)\n",
+	       now_s() - t, kvl_store_errmsg(s));
+	kvl_store_close(s);
+	ctl("start-master");
+	ctl("stop-holder");
+	ctl("start-holder");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_open_errors),
+		cmocka_unit_test(test_master_down_at_open),
+		cmocka_unit_test(test_objects),
+		cmocka_unit_test(test_eviction),
+		cmocka_unit_test(test_master_dies),
+		cmocka_unit_test(test_holder_dies),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
