@@ -3,8 +3,9 @@
  * (always), and against a real deployment (tests/mooncake/run.sh: a master
  * and a client holding the pool's memory, in other processes) objects,
  * "already exists", byte ranges of whole objects, eviction under pressure,
- * a holder that dies and a master that dies: every failure is a clean
- * per-key or per-request error, and loads never report a wrong byte valid.
+ * reads that outlast their lease, a holder that dies and a master that
+ * dies: every failure is a clean per-key or per-request error, and loads
+ * never report a wrong byte valid.
  * The generic store and linker suites run on the same deployment too
  * (ctest: mooncake_store, mooncake_linker, mooncake_isolation).
  *
@@ -314,21 +315,31 @@ static void test_objects(void **state)
 	kvl_store *s = open_ok(deployment());
 	int res[4];
 	int64_t got[4];
-	/* Three objects; putting them again is "already present". */
+	/* Three objects. Putting them again "counts as stored": Mooncake
+	 * keeps the first bytes and does not say they were there. */
 	put_n(s, "objects", 3, 100000, res);
 	for (int i = 0; i < 3; i++)
 		ASSERT_CODE(res[i], KVL_PUT_STORED);
 	put_n(s, "objects", 3, 100000, res);
 	for (int i = 0; i < 3; i++)
-		ASSERT_CODE(res[i], KVL_PUT_PRESENT);
+		ASSERT_CODE(res[i], KVL_PUT_STORED);
+	/* Other bytes under key 0: also "stored", and the first stay. */
+	static uint8_t other[100000];
+	memset(other, 0x55, sizeof other);
+	char k0[KVL_KEY_MAX];
+	key_of(k0, "objects", 0);
+	const char *kp0 = k0;
+	kvl_iov io = {other, sizeof other};
+	size_t one = 1;
+	ASSERT_CODE(kvl_store_put(s, &kp0, 1, &io, &one, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_PUT_STORED);
 	get_n(s, "objects", 3, 100000, got);
 	for (int i = 0; i < 3; i++)
 		ASSERT_EQ(got[i], 100000);
 
 	/* Ranges of one object: the head alone (the object is larger than
 	 * the ranges), two pieces, and one past the end. */
-	char k0[KVL_KEY_MAX], k9[KVL_KEY_MAX];
-	key_of(k0, "objects", 0);
+	char k9[KVL_KEY_MAX];
 	key_of(k9, "objects", 9);
 	const char *kp[2] = {k0, k9};
 	uint8_t a[64], b[1000];
@@ -373,8 +384,66 @@ static void test_objects(void **state)
 
 	kvl_store_stats st;
 	ASSERT_CODE(kvl_store_stats_get(s, &st), KVL_OK);
-	ASSERT_U64(st.puts, 3);
+	ASSERT_U64(st.puts, 7);
 	kvl_store_close(s);
+}
+
+/* Reads that outlast the master's read lease (ctest runs this program
+ * with a 50 ms lease): one call for 192 MiB into registered memory takes
+ * longer, Mooncake fails it with LEASE_EXPIRED, and kvlink reads each key
+ * again alone. Every key reads right or fails cleanly (KVL_EIO naming the
+ * lease), never with wrong bytes. */
+static void test_lease_expiry(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	kvl_store *s = open_ok(deployment());
+	enum { N = 12, LEN = 16 << 20 };
+	uint8_t *src = malloc((size_t)N * LEN), *dst = malloc((size_t)N * LEN);
+	assert_true(src && dst);
+	ASSERT_CODE(kvl_store_register(s, src, (size_t)N * LEN, KVL_MEM_HOST),
+	            KVL_OK);
+	ASSERT_CODE(kvl_store_register(s, dst, (size_t)N * LEN, KVL_MEM_HOST),
+	            KVL_OK);
+	char keys[N][KVL_KEY_MAX];
+	const char *kp[N];
+	kvl_iov iov[N];
+	kvl_range rg[N];
+	size_t one[N];
+	int res[N];
+	int64_t got[N];
+	for (size_t i = 0; i < N; i++) {
+		key_of(keys[i], "lease", i);
+		kp[i] = keys[i];
+		for (size_t b = 0; b < LEN; b += 4096)
+			memset(src + i * LEN + b, (int)(i * 16 + b / 4096), 4096);
+		iov[i] = (kvl_iov){src + i * LEN, LEN};
+		rg[i] = (kvl_range){0, dst + i * LEN, LEN};
+		one[i] = 1;
+	}
+	ASSERT_CODE(kvl_store_put(s, kp, N, iov, one, res), KVL_OK);
+	for (size_t i = 0; i < N; i++)
+		ASSERT_CODE(res[i], KVL_PUT_STORED);
+	double t = now_s();
+	ASSERT_CODE(kvl_store_get(s, kp, N, rg, one, got), KVL_OK);
+	size_t good = 0;
+	for (size_t i = 0; i < N; i++) {
+		if (got[i] == LEN) {
+			if (memcmp(dst + i * LEN, src + i * LEN, LEN))
+				fail_msg("key %zu: wrong bytes reported read", i);
+			good++;
+		} else {
+			ASSERT_CODE(got[i], KVL_EIO);
+			ASSERT_CONTAINS(kvl_store_errmsg(s), "lease");
+		}
+	}
+	printf("lease expiry: %zu of %d keys read in %.2f s, the rest "
+	       "failed cleanly\n",
+	       good, N, now_s() - t);
+	kvl_store_remove(s, kp, N, res);
+	kvl_store_close(s);
+	free(src);
+	free(dst);
 }
 
 /* The pool holds less than is put: every put is stored or refused with
@@ -542,6 +611,7 @@ int main(void)
 		cmocka_unit_test(test_open_errors),
 		cmocka_unit_test(test_master_down_at_open),
 		cmocka_unit_test(test_objects),
+		cmocka_unit_test(test_lease_expiry),
 		cmocka_unit_test(test_eviction),
 		cmocka_unit_test(test_master_dies),
 		cmocka_unit_test(test_holder_dies),

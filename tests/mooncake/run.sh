@@ -8,6 +8,7 @@
 #   KVL_MOONCAKE_MASTER   mooncake_master (default: the one on PATH)
 #   KVL_MOONCAKE_HOLDER   the holder program (ctest passes its own)
 #   KVL_MOONCAKE_SEGMENT  memory the holder gives the pool (default 256MiB)
+#   KVL_MOONCAKE_STAGING  kvlink's staging in the tests' URI (default 64MiB)
 #   KVL_MOONCAKE_LEASE_MS the master's read lease (default 200 ms: removes
 #                         wait for readers' leases)
 # Exits 77 (skipped) when the library or the master is missing.
@@ -72,5 +73,5 @@ watchdog=$!
 bash "$here/ctl.sh" "$dir" start-master || exit 1
 bash "$here/ctl.sh" "$dir" start-holder || exit 1
 export KVL_MOONCAKE_CTL="bash $here/ctl.sh $dir"
-export KVL_TEST_STORE_URI="mooncake://127.0.0.1:$port?lib=$lib&staging=64MiB"
+export KVL_TEST_STORE_URI="mooncake://127.0.0.1:$port?lib=$lib&staging=${KVL_MOONCAKE_STAGING:-64MiB}"
 "$@"
