@@ -5,11 +5,12 @@
  * 32 K-token prefix (4 GiB) and per-layer page chunks of 16 KiB, 64 KiB,
  * 256 KiB and 2 MiB, it measures:
  *   - the PCIe ceiling: one large pinned host-to-device (and device-to-host)
- *     cudaMemcpyAsync;
+ *     cudaMemcpyAsync, best of 5;
  *   - the per-chunk baseline: one cudaMemcpyAsync per chunk;
  *   - kvlink: offload of every page from GPU slots into the embedded store;
  *     a restore from lookup to the last layer complete (the headline), and
- *     the layer-wise load throughput from start to the last layer;
+ *     the layer-wise load throughput from start to the last layer, the
+ *     best of 5 restores;
  *   - overlap: the restore while a synthetic kernel "computes" each layer
  *     after a stream-ordered wait for it, against max(load, compute) plus
  *     the first layer;
@@ -83,16 +84,22 @@ static void die(const char *what, const char *msg)
 	exit(1);
 }
 
+/* The best of 5 copies of len bytes, after one to warm up: the same
+ * best-of rule as kvlink's loads below, so that a noisy host moves both. */
 static double copy_gbps(void *dst, const void *src, size_t len,
                         cudaMemcpyKind kind, cudaStream_t s)
 {
 	CK(cudaMemcpyAsync(dst, src, len, kind, s)); /* warm */
 	CK(cudaStreamSynchronize(s));
-	double t = now_s();
-	for (int i = 0; i < 3; i++)
+	double best = 0;
+	for (int i = 0; i < 5; i++) {
+		double t = now_s();
 		CK(cudaMemcpyAsync(dst, src, len, kind, s));
-	CK(cudaStreamSynchronize(s));
-	return 3.0 * (double)len / (now_s() - t) / 1e9;
+		CK(cudaStreamSynchronize(s));
+		double g = (double)len / (now_s() - t) / 1e9;
+		best = g > best ? g : best;
+	}
+	return best;
 }
 
 static result run(size_t chunk, long long spin_cycles)
@@ -214,10 +221,10 @@ static result run(size_t chunk, long long spin_cycles)
 	free(keyp);
 	free(res);
 
-	/* Restore: lookup to the last layer complete, CPU waits. Twice: the
-	 * first run warms the store's pinned objects' TLB entries. */
+	/* Restore: lookup to the last layer complete, CPU waits. The best of
+	 * 5 after one that warms the store's pinned objects' TLB entries. */
 	uint64_t batch;
-	for (int rep = 0; rep < 2; rep++) {
+	for (int rep = 0; rep < 6; rep++) {
 		t = now_s();
 		size_t hit;
 		if (kvl_linker_lookup(lk, h, pages, NULL, NULL, &hit) ||
@@ -235,10 +242,13 @@ static result run(size_t chunk, long long spin_cycles)
 		}
 		double t_end = now_s();
 		/* Restore: lookup to last layer. Load: start to last layer. */
-		r.restore_ms = (t_end - t) * 1e3;
-		r.first_layer_ms = (t_first - t_start) * 1e3;
-		r.load_ms = (t_end - t_start) * 1e3;
-		r.load = (double)data / (t_end - t_start) / 1e9;
+		double load = (double)data / (t_end - t_start) / 1e9;
+		if (rep > 0 && load > r.load) {
+			r.restore_ms = (t_end - t) * 1e3;
+			r.first_layer_ms = (t_first - t_start) * 1e3;
+			r.load_ms = (t_end - t_start) * 1e3;
+			r.load = load;
+		}
 		kvl_linker_poll(lk, &c, 1, &n, 1000);
 		if (!n || c.status || c.valid_pages != pages)
 			die("load", kvl_strerror(c.status));
