@@ -32,7 +32,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdatomic.h>
