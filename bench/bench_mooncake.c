@@ -163,30 +163,37 @@ static double run_op(bench *b, int op, size_t size, size_t n)
 			ones[k] = 1;
 		}
 		const char **kp = b->kp + i;
-		int bad = 0;
+		long long bad = 0; /* the first failing result */
 		switch (op) {
 		case 0:
 			b->api.put(b->raw, kp, bufs, sizes, m, &cfg, res);
-			for (size_t k = 0; k < m; k++)
-				bad |= res[k] != 0;
+			for (size_t k = 0; k < m && !bad; k++)
+				bad = res[k] != 0 ? res[k] : 0;
 			break;
 		case 1:
 			b->api.get(b->raw, kp, bufs, sizes, m, got);
-			for (size_t k = 0; k < m; k++)
-				bad |= got[k] != (int64_t)size;
+			for (size_t k = 0; k < m && !bad; k++)
+				bad = got[k] != (int64_t)size ? got[k] : 0;
 			break;
 		case 2:
 			kvl_store_put(b->st, kp, m, iov, ones, res);
-			for (size_t k = 0; k < m; k++)
-				bad |= res[k] != KVL_PUT_STORED;
+			for (size_t k = 0; k < m && !bad; k++)
+				bad = res[k] != KVL_PUT_STORED ? res[k] : 0;
 			break;
 		default:
 			kvl_store_get(b->st, kp, m, rg, ones, got);
-			for (size_t k = 0; k < m; k++)
-				bad |= got[k] != (int64_t)size;
+			for (size_t k = 0; k < m && !bad; k++)
+				bad = got[k] != (int64_t)size ? got[k] : 0;
 		}
-		if (bad)
-			die("batch failed", kvl_store_errmsg(b->st));
+		if (bad) {
+			char why[600];
+			snprintf(why, sizeof why, "%s %s: result %lld (%s)",
+			         op < 2 ? "raw" : "kvlink",
+			         op == 0 || op == 2 ? "put" : "get", bad,
+			         op < 2 ? "a Mooncake error code"
+			                : kvl_store_errmsg(b->st));
+			die("batch failed", why);
+		}
 	}
 	return (double)n * (double)size / (now_s() - t) / 1e9;
 }
