@@ -897,7 +897,8 @@ static int load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 					.len = p->header_size};
 			else if (lk->store->whole_reads)
 				continue; /* read with the first layer */
-			for (const kvl__layer *l = ly; l < read_end(lk, p, ly); l++)
+			const kvl__layer *end = read_end(lk, p, ly);
+			for (const kvl__layer *l = ly; l < end; l++)
 				c += kvl__layer_ranges(p, l, it->slot,
 				                       rg + n_rg + c);
 			n_rg += c;
