@@ -417,7 +417,8 @@ KVL_API void kvl_rank_group_free(kvl_rank_group *group);
  *       client's address, 127.0.0.1), metadata (P2PHANDSHAKE), protocol
  *       (tcp), device (""), segment (memory this client gives the pool, 0),
  *       buffer (Mooncake's local buffer, 64MiB), staging (kvlink's
- *       registered staging, 256MiB: an object must fit half of it),
+ *       registered staging, 256MiB: an object must fit half of it unless
+ *       it moves in place from memory given to kvl_store_register),
  *       replicas (1). Reads move whole objects; the linker reads every
  *       layer of a page at once. A master down at open is KVL_EIO. See
  *       docs/mooncake.md.

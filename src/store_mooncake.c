@@ -27,7 +27,7 @@
  * Staging: `staging` bytes in two halves, each used by one call at a time,
  * so the loader and the offloader (and engine threads) run concurrently. A
  * call moves its keys in groups that fit a half; an object larger than a
- * half fails with KVL_ERANGE. Mooncake's client is thread-safe; counters are
+ * half fails with KVL_ERANGE unless it moves in place. Mooncake's client is thread-safe; counters are
  * atomics.
  */
 #include <dlfcn.h>
@@ -340,7 +340,9 @@ static int mc_get(kvl_store *store, void *impl, const char *const *keys,
 					keys[i]);
 				continue;
 			}
-			if (need > m->half) {
+			int direct = n_ranges[i] == 1 && r[0].offset == 0 &&
+			             registered(m, r[0].addr, r[0].len);
+			if (!direct && need > m->half) {
 				results[i] = kvl__fail(
 					&store->err, KVL_ERANGE,
 					"mooncake: get %s: %llu bytes do not "
@@ -350,8 +352,6 @@ static int mc_get(kvl_store *store, void *impl, const char *const *keys,
 					m->half);
 				continue;
 			}
-			int direct = n_ranges[i] == 1 && r[0].offset == 0 &&
-			             registered(m, r[0].addr, r[0].len);
 			if (!direct && used + need > m->half)
 				break;
 			kp[g] = keys[i];
@@ -452,7 +452,9 @@ static int put_group(kvl_store *store, struct mstore *m, uint8_t *base,
 				atomic_fetch_add(&m->errors, 1);
 				continue;
 			}
-			if (len > m->half) {
+			int direct = n_pieces[i] == 1 &&
+			             registered(m, pc[0].addr, pc[0].len);
+			if (!direct && len > m->half) {
 				results[i] = kvl__fail(
 					&store->err, KVL_ERANGE,
 					"mooncake: put %s: object of %llu bytes "
@@ -463,8 +465,6 @@ static int put_group(kvl_store *store, struct mstore *m, uint8_t *base,
 				atomic_fetch_add(&m->errors, 1);
 				continue;
 			}
-			int direct = n_pieces[i] == 1 &&
-			             registered(m, pc[0].addr, pc[0].len);
 			if (!direct && used + len > m->half)
 				break;
 			kp[g] = keys[i];

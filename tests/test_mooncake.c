@@ -381,10 +381,32 @@ static void test_objects(void **state)
 	put_n(s, "objects-big", 1, 40 << 20, res);
 	ASSERT_CODE(res[0], KVL_ERANGE);
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "staging=");
+	/* The same object in registered memory moves in place: no limit. */
+	size_t big = 40 << 20;
+	uint8_t *bsrc = malloc(big), *bdst = malloc(big);
+	assert_true(bsrc && bdst);
+	for (size_t i = 0; i < big; i++)
+		bsrc[i] = byte_of(7, i);
+	memset(bdst, 0, big);
+	ASSERT_CODE(kvl_store_register(s, bsrc, big, KVL_MEM_HOST), KVL_OK);
+	ASSERT_CODE(kvl_store_register(s, bdst, big, KVL_MEM_HOST), KVL_OK);
+	char kb[KVL_KEY_MAX];
+	key_of(kb, "objects-big-registered", 0);
+	const char *kbp = kb;
+	kvl_iov bio = {bsrc, big};
+	kvl_range brg = {0, bdst, big};
+	ASSERT_CODE(kvl_store_put(s, &kbp, 1, &bio, &one, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_PUT_STORED);
+	ASSERT_CODE(kvl_store_get(s, &kbp, 1, &brg, &one, got), KVL_OK);
+	ASSERT_EQ(got[0], big);
+	assert_memory_equal(bdst, bsrc, big);
+	ASSERT_CODE(kvl_store_remove(s, &kbp, 1, res), KVL_OK);
+	free(bsrc);
+	free(bdst);
 
 	kvl_store_stats st;
 	ASSERT_CODE(kvl_store_stats_get(s, &st), KVL_OK);
-	ASSERT_U64(st.puts, 7);
+	ASSERT_U64(st.puts, 8);
 	kvl_store_close(s);
 }
 
