@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1020,6 +1021,7 @@ struct conc {
 	atomic_long full;    /* KVL_EFULL seen by writers */
 	atomic_long seen;    /* complete reads */
 	atomic_long missing; /* KVL_ENOTFOUND reads */
+	atomic_int writers;  /* writers still running */
 	char msg[256];
 	pthread_mutex_t mu;
 };
@@ -1054,7 +1056,11 @@ static void *conc_reader(void *p)
 		conc_fail(c, "reader malloc", 0);
 		return NULL;
 	}
-	for (int it = 0; it < a->iters; it++) {
+	/* Readers outlast the writers, so that they see both puts in
+	 * flight and the state the writers leave, however the threads are
+	 * scheduled. */
+	for (int it = 0; it < a->iters || atomic_load(&c->writers) > 0;
+	     it++) {
 		/* A batch of four keys, the first read in two ranges. */
 		char kb[4][32];
 		const char *keys[4];
@@ -1142,6 +1148,7 @@ static void *conc_writer(void *p)
 				conc_fail(c, "unexpected remove result", rr);
 		}
 	}
+	atomic_fetch_sub(&c->writers, 1);
 	return NULL;
 }
 
@@ -1165,14 +1172,16 @@ static void test_concurrency(void **state)
 		remove1(c->s, kb);
 	}
 
+	atomic_store(&c->writers, CONC_WRITERS);
 	pthread_t th[CONC_READERS + CONC_WRITERS];
 	struct conc_arg args[CONC_READERS + CONC_WRITERS];
+	/* Writers first: readers wait for every writer to finish. */
 	for (int i = 0; i < CONC_READERS + CONC_WRITERS; i++) {
+		bool writer = i < CONC_WRITERS;
 		args[i] = (struct conc_arg){ c, (unsigned)i,
-			                     i < CONC_READERS ? 3000 : 4000 };
+			                     writer ? 4000 : 3000 };
 		int rc = pthread_create(&th[i], NULL,
-		                        i < CONC_READERS ? conc_reader :
-		                                           conc_writer,
+		                        writer ? conc_writer : conc_reader,
 		                        &args[i]);
 		ASSERT_EQ(rc, 0);
 	}
