@@ -1107,7 +1107,8 @@ struct churn {
 	size_t n;
 	atomic_int stop;
 	atomic_uint_fast64_t kill_ms; /* when the master was killed, or 0 */
-	uint64_t ok_before, failed, recovered_ms;
+	atomic_uint_fast64_t ok_before; /* read by the main thread */
+	uint64_t failed, recovered_ms;
 	atomic_uint_fast64_t ok_after; /* read by the main thread */
 	atomic_int hung;
 	int wrong;
@@ -1129,7 +1130,7 @@ static void *churn_loads(void *p)
 		}
 		if (c.status == 0 && c.valid_pages == ch->n) {
 			if (!killed) {
-				ch->ok_before++;
+				atomic_fetch_add(&ch->ok_before, 1);
 			} else if (t0 > killed) {
 				if (atomic_fetch_add(&ch->ok_after, 1) == 0)
 					ch->recovered_ms = now_ms() - killed;
@@ -1161,7 +1162,12 @@ static void test_cluster_failover(void **state)
 	struct churn ch = { .dst = &dst, .pages = pages, .n = n };
 	pthread_t th;
 	ASSERT_EQ(pthread_create(&th, NULL, churn_loads, &ch), 0);
-	sleep_ms(400);
+	/* Loads run before the kill, however slow the machine. */
+	for (uint64_t t0 = now_ms(); now_ms() - t0 < 10000;) {
+		sleep_ms(100);
+		if (atomic_load(&ch.ok_before) >= 3 || atomic_load(&ch.hung))
+			break;
+	}
 
 	/* The master of slot 0, and a master that stays. */
 	int victim = slot_owner(cluster_ports[0], 0, NULL);
@@ -1184,13 +1190,13 @@ static void test_cluster_failover(void **state)
 	print_message("    %llu full batches before the kill, %llu failed "
 	              "cleanly (EIO %d, ENOTFOUND %d), %llu full after; "
 	              "served again %llu ms after the kill\n",
-	              (unsigned long long)ch.ok_before,
+	              (unsigned long long)atomic_load(&ch.ok_before),
 	              (unsigned long long)ch.failed, ch.statuses[-KVL_EIO],
 	              ch.statuses[-KVL_ENOTFOUND],
 	              (unsigned long long)atomic_load(&ch.ok_after),
 	              (unsigned long long)ch.recovered_ms);
 	ASSERT_EQ(ch.wrong, 0);
-	assert_true(ch.ok_before > 0);
+	assert_true(atomic_load(&ch.ok_before) > 0);
 	assert_true(atomic_load(&ch.ok_after) >= 3);
 	/* The old master's slots now have a new master. */
 	int owner = slot_owner(other, 0, NULL);
