@@ -1022,6 +1022,7 @@ struct conc {
 	atomic_long seen;    /* complete reads */
 	atomic_long missing; /* KVL_ENOTFOUND reads */
 	atomic_int writers;  /* writers still running */
+	atomic_long stored;  /* puts that stored an object */
 	char msg[256];
 	pthread_mutex_t mu;
 };
@@ -1056,10 +1057,15 @@ static void *conc_reader(void *p)
 		conc_fail(c, "reader malloc", 0);
 		return NULL;
 	}
-	/* Readers outlast the writers, so that they see both puts in
-	 * flight and the state the writers leave, however the threads are
-	 * scheduled. */
-	for (int it = 0; it < a->iters || atomic_load(&c->writers) > 0;
+	/* Readers start once an object was stored, and go on while the
+	 * writers do until both outcomes were seen: however the threads are
+	 * scheduled, they cannot finish before the writers began. */
+	while (atomic_load(&c->stored) == 0 && atomic_load(&c->writers) > 0)
+		sched_yield();
+	for (int it = 0;
+	     it < a->iters ||
+	     (atomic_load(&c->writers) > 0 &&
+	      (atomic_load(&c->seen) == 0 || atomic_load(&c->missing) == 0));
 	     it++) {
 		/* A batch of four keys, the first read in two ranges. */
 		char kb[4][32];
@@ -1135,6 +1141,8 @@ static void *conc_writer(void *p)
 		for (int k = 0; k < 2; k++) {
 			if (res[k] == KVL_EFULL)
 				atomic_fetch_add(&c->full, 1);
+			else if (res[k] == KVL_PUT_STORED)
+				atomic_fetch_add(&c->stored, 1);
 			else if (res[k] != KVL_PUT_STORED &&
 			         res[k] != KVL_PUT_PRESENT)
 				conc_fail(c, "unexpected put result", res[k]);
@@ -1175,7 +1183,7 @@ static void test_concurrency(void **state)
 	atomic_store(&c->writers, CONC_WRITERS);
 	pthread_t th[CONC_READERS + CONC_WRITERS];
 	struct conc_arg args[CONC_READERS + CONC_WRITERS];
-	/* Writers first: readers wait for every writer to finish. */
+	/* Writers first: readers wait for them. */
 	for (int i = 0; i < CONC_READERS + CONC_WRITERS; i++) {
 		bool writer = i < CONC_WRITERS;
 		args[i] = (struct conc_arg){ c, (unsigned)i,
