@@ -168,11 +168,11 @@ static int keyset_add(keyset *ks, const char *const *keys, size_t i)
 
 /* ------------------------------------------------------------- results */
 
-/* A per-key failure of Mooncake as a kvlink code, with a message. */
-static int mc_fail(kvl_store *store, struct mstore *m, const char *op,
-                   const char *key, int64_t code)
+/* A per-key failure of Mooncake as a kvlink code, with a message. Each
+ * operation counts its failed keys from its results at the end. */
+static int mc_fail(kvl_store *store, const char *op, const char *key,
+                   int64_t code)
 {
-	atomic_fetch_add(&m->errors, 1);
 	if (code == MC_NO_AVAILABLE_HANDLE || code == MC_SEGMENT_NOT_FOUND)
 		return kvl__fail(&store->err, KVL_EFULL,
 		                 "mooncake: %s %s: no segment has room (Mooncake "
@@ -215,11 +215,12 @@ static int mc_exists(kvl_store *store, void *impl, const char *const *keys,
 				results[k] = 0;
 				atomic_fetch_add(&m->misses, 1);
 			} else {
-				results[k] = mc_fail(store, m, "exists",
+				results[k] = mc_fail(store, "exists",
 				                     keys[k], results[k]);
 				failed++;
 			}
 		}
+		atomic_fetch_add(&m->errors, failed);
 		/* Every key failed: the master is unreachable, and the call
 		 * says so rather than each key. */
 		if (failed == g) {
@@ -285,7 +286,7 @@ static int64_t get_alone(kvl_store *store, struct mstore *m, const char *key,
 	int64_t size = m->api.get_size(m->client, key);
 	if (size < 0)
 		return absent(size) ? KVL_ENOTFOUND
-		                    : mc_fail(store, m, "get", key, size);
+		                    : mc_fail(store, "get", key, size);
 	void *buf = stage;
 	if (n == 1 && r[0].offset == 0 && r[0].len == (uint64_t)size &&
 	    registered(m, r[0].addr, r[0].len))
@@ -305,7 +306,7 @@ static int64_t get_alone(kvl_store *store, struct mstore *m, const char *key,
 		                 "mooncake: get %s: the call failed", key);
 	if (got < 0)
 		return absent(got) ? KVL_ENOTFOUND
-		                   : mc_fail(store, m, "get", key, got);
+		                   : mc_fail(store, "get", key, got);
 	return scatter(store, key, buf, got, r, n);
 }
 
@@ -386,7 +387,7 @@ static int mc_get(kvl_store *store, void *impl, const char *const *keys,
 				got[k] >= 0 ? scatter(store, kp[k], bp[k], got[k],
 				                      rp[k], n_ranges[idx[k]])
 				: absent(got[k]) ? KVL_ENOTFOUND
-				                 : mc_fail(store, m, "get", kp[k],
+				                 : mc_fail(store, "get", kp[k],
 				                           got[k]);
 		}
 		for (size_t k = 0; k < n_big; k++)
@@ -399,6 +400,8 @@ static int mc_get(kvl_store *store, void *impl, const char *const *keys,
 			atomic_fetch_add(&m->misses, 1);
 		else if (results[j] >= 0)
 			atomic_fetch_add(&m->hits, 1);
+		else
+			atomic_fetch_add(&m->errors, 1);
 	}
 	half_give(m, h);
 	return rc;
@@ -449,7 +452,6 @@ static int put_group(kvl_store *store, struct mstore *m, uint8_t *base,
 					"mooncake: put %s: Mooncake holds no "
 					"empty objects",
 					keys[i]);
-				atomic_fetch_add(&m->errors, 1);
 				continue;
 			}
 			int direct = n_pieces[i] == 1 &&
@@ -462,7 +464,6 @@ static int put_group(kvl_store *store, struct mstore *m, uint8_t *base,
 					"raise staging=",
 					keys[i], (unsigned long long)len,
 					m->half);
-				atomic_fetch_add(&m->errors, 1);
 				continue;
 			}
 			if (!direct && used + len > m->half)
@@ -494,7 +495,7 @@ static int put_group(kvl_store *store, struct mstore *m, uint8_t *base,
 				results[idx[k]] = KVL_PUT_STORED;
 			} else {
 				results[idx[k]] =
-					mc_fail(store, m, "put", kp[k], res[k]);
+					mc_fail(store, "put", kp[k], res[k]);
 			}
 		}
 	}
@@ -516,8 +517,11 @@ static int mc_put(kvl_store *store, void *impl, const char *const *keys,
 		size_t g = n - i < MC_GROUP ? n - i : MC_GROUP;
 		rc = put_group(store, m, m->staging + h * m->half, keys + i, g,
 		               pieces, n_pieces + i, results + i);
-		for (size_t k = i; k < i + g; k++)
+		for (size_t k = i; k < i + g; k++) {
 			pieces += n_pieces[k];
+			if (!rc && results[k] < 0)
+				atomic_fetch_add(&m->errors, 1);
+		}
 	}
 	half_give(m, h);
 	return rc;
@@ -551,8 +555,10 @@ static int mc_remove(kvl_store *store, void *impl, const char *const *keys,
 		else
 			results[i] = r == 0       ? 1
 			             : absent(r) ? 0
-			                         : mc_fail(store, m, "remove",
+			                         : mc_fail(store, "remove",
 			                                   keys[i], r);
+		if (results[i] < 0)
+			atomic_fetch_add(&m->errors, 1);
 	}
 	return 0;
 }
