@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import enum
-import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, \
     Union
@@ -24,6 +23,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, \
 from . import _lib
 from ._buffers import ArrayInfo, array_info
 from ._lib import kvl_buffer, kvl_hash, kvl_shard, lib
+from ._shared import SharedHandle
 from .errors import InvalidArgument, StateError, check
 from .hashes import HashLike, _one_hash
 
@@ -94,7 +94,7 @@ def _contiguous_bytes(info: ArrayInfo, start: int, what: str) -> int:
     return expect
 
 
-class Layout:
+class Layout(SharedHandle):
     """The engine's page pools for one model and rank.
 
     Args:
@@ -110,14 +110,15 @@ class Layout:
     finalized. Usable as a context manager (closes on exit).
     """
 
+    _what = "layout"
+
     def __init__(self, model_tag: str, page_size: int,
                  shard: Optional[Shard] = None):
-        self._h = _lib.LayoutP()
+        super().__init__(_lib.LayoutP())
         self._keep: List[Any] = []
         self._pool_ids: Dict[str, int] = {}
         self._pool_names: List[str] = []
         self._finalized = False
-        self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
         err = ctypes.create_string_buffer(256)
         sh = shard._c() if shard is not None else None
         rc = lib.kvl_layout_create(
@@ -318,10 +319,6 @@ class Layout:
         return self._finalized
 
     @property
-    def closed(self) -> bool:
-        return not self._h
-
-    @property
     def page_size(self) -> int:
         """Tokens per page."""
         return int(lib.kvl_layout_page_size(self._handle))
@@ -448,33 +445,10 @@ class Layout:
 
     # ----------------------------------------------------------- lifetime
 
-    def close(self) -> None:
-        """Frees the layout. Fails with StateError while an open linker uses
-        it. Closing twice is harmless."""
-        if not self._h:
-            return
-        busy = [u for u in self._users if not u.closed]
-        if busy:
-            raise StateError(_lib.KVL_ESTATE,
-                             f"layout is used by {len(busy)} open linker(s); "
-                             f"close them first")
+    def _free(self) -> None:
         lib.kvl_layout_free(self._h)
         self._h = _lib.LayoutP()
         self._keep.clear()
-
-    def __enter__(self) -> "Layout":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            if self._h:
-                lib.kvl_layout_free(self._h)
-                self._h = _lib.LayoutP()
-        except Exception:  # interpreter shutdown
-            pass
 
     def __repr__(self) -> str:
         state = ("closed" if self.closed else

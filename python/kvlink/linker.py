@@ -29,13 +29,13 @@ import enum
 import json
 import math
 import threading
-import weakref
 from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional,
                     Sequence, Union)
 
 from . import _lib
 from ._buffers import event_handle, stream_handle
 from ._lib import kvl_completion, kvl_linker_opts, lib
+from ._shared import SharedHandle
 from .errors import InvalidArgument, KvlinkError, StateError, check, \
     make_error
 from .hashes import HashLike, HashesLike, hash_array, hash_ptr
@@ -105,7 +105,7 @@ def _timeout_ms(timeout: Optional[float]) -> int:
     return min(int(math.ceil(timeout * 1000)), _lib.UINT32_MAX - 1)
 
 
-class RankGroup:
+class RankGroup(SharedHandle):
     """In-process all-reduce for ranks that are threads of one process: pass
     the same group as ``allreduce`` to every rank's linker.
 
@@ -114,32 +114,19 @@ class RankGroup:
         timeout: seconds a rank waits for the others before the group breaks.
     """
 
+    _what = "rank group"
+
     def __init__(self, n_ranks: int, timeout: float = 10.0):
-        self._h = _lib.RankGroupP()
+        super().__init__(_lib.RankGroupP())
         check(lib.kvl_rank_group_create(int(n_ranks),
                                         _timeout_ms(timeout),
                                         ctypes.byref(self._h)),
               context="rank group")
         self.n_ranks = n_ranks
-        self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
-    def close(self) -> None:
-        """Frees the group. Fails with StateError while an open linker uses
-        it."""
-        busy = [u for u in self._users if not u.closed]
-        if busy:
-            raise StateError(_lib.KVL_ESTATE,
-                             f"rank group is used by {len(busy)} open "
-                             f"linker(s); close them first")
-        if self._h:
-            lib.kvl_rank_group_free(self._h)
-            self._h = _lib.RankGroupP()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free(self) -> None:
+        lib.kvl_rank_group_free(self._h)
+        self._h = _lib.RankGroupP()
 
 
 AllReduce = Union[RankGroup, Callable[[Any], None]]

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import ctypes
 import json
-import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
 from ._buffers import buffer_ptr
 from ._lib import kvl_iov, kvl_range, lib
+from ._shared import SharedHandle
 from .errors import InvalidArgument, StateError, check, make_error
 from .layout import MemKind
 
@@ -68,7 +68,7 @@ def render(fn, handle, fmt: Union[str, int], errmsg) -> str:
     raise make_error(_lib.KVL_ERANGE, None, "stats kept growing")
 
 
-class Store:
+class Store(SharedHandle):
     """A store opened from a URI (``None`` or ``""``: ``"mem:"``).
 
     Raises:
@@ -80,9 +80,10 @@ class Store:
     :meth:`close`. Usable as a context manager.
     """
 
+    _what = "store"
+
     def __init__(self, uri: Optional[str] = "mem:"):
-        self._h = _lib.StoreP()
-        self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        super().__init__(_lib.StoreP())
         self._registered: List[Any] = []
         self.uri = uri or "mem:"
         err = ctypes.create_string_buffer(512)
@@ -107,10 +108,6 @@ class Store:
 
     def _key_error(self, code: int, key: str, op: str):
         return make_error(code, None, f"{op} {key!r}")
-
-    @property
-    def closed(self) -> bool:
-        return not self._h
 
     # ---------------------------------------------------------- objects
 
@@ -306,33 +303,10 @@ class Store:
 
     # ---------------------------------------------------------- lifetime
 
-    def close(self) -> None:
-        """Closes the store and frees what it holds. Fails with StateError
-        while an open linker uses it. Closing twice is harmless."""
-        if not self._h:
-            return
-        busy = [u for u in self._users if not u.closed]
-        if busy:
-            raise StateError(_lib.KVL_ESTATE,
-                             f"store is used by {len(busy)} open linker(s); "
-                             f"close them first")
+    def _free(self) -> None:
         lib.kvl_store_close(self._h)
         self._h = _lib.StoreP()
         self._registered.clear()
-
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            if self._h:
-                lib.kvl_store_close(self._h)
-                self._h = _lib.StoreP()
-        except Exception:  # interpreter shutdown
-            pass
 
     def __repr__(self) -> str:
         return f"<kvlink.Store {self.uri!r}{' closed' if self.closed else ''}>"

@@ -339,6 +339,8 @@ def test_allreduce_callback_and_rank_group(store):
     for lk in lks:
         lk.close()
     group.close()
+    group.close()  # harmless twice
+    assert group.closed
 
 
 def test_cuda_calls(engines):

@@ -1,0 +1,53 @@
+"""What Layout, Store and RankGroup share: open linkers use them, so each
+refuses to close while one is open."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from . import _lib
+from .errors import StateError
+
+
+class SharedHandle:
+    """A C object that linkers use. Subclasses set ``_what`` (its name in
+    messages) and ``_free`` (frees ``self._h`` and resets it to NULL)."""
+
+    _what = "object"
+
+    def __init__(self, null: Any):
+        self._h = null
+        self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def _free(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
+        return not self._h
+
+    def close(self) -> None:
+        """Frees the object. Fails with StateError while an open linker
+        uses it. Closing twice is harmless."""
+        if not self._h:
+            return
+        busy = sum(1 for u in self._users if not u.closed)
+        if busy:
+            raise StateError(_lib.KVL_ESTATE,
+                             f"{self._what} is used by {busy} open "
+                             f"linker(s); close them first")
+        self._free()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        # Never under an open linker; at interpreter shutdown, quietly.
+        try:
+            self.close()
+        except Exception:
+            pass
