@@ -826,17 +826,6 @@ int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
 
 /* ---------------------------------------------------------------- loader */
 
-/* The end of the layers read together with layer ly of p: ly alone, or
- * every layer at the first one when the store reads whole objects anyway
- * (store->whole_reads). */
-static const kvl__layer *read_end(const kvl_linker *lk, const kvl__pool *p,
-                                  const kvl__layer *ly)
-{
-	return lk->store->whole_reads && ly == &p->layers[0]
-	               ? p->layers + p->n_layers
-	               : ly + 1;
-}
-
 /* Reads the io's gathered items and checks each one. */
 static void load_flush(kvl_linker *lk, lk_io *io, size_t m, uint32_t layer,
                        int *layer_err)
@@ -858,7 +847,7 @@ static void load_flush(kvl_linker *lk, lk_io *io, size_t m, uint32_t layer,
 			err = kvl__obj_header_check(it->hdr, p->header_size,
 			                            &id, NULL);
 		}
-		const kvl__layer *end = read_end(lk, p, ly), *l;
+		const kvl__layer *end = kvl__lk_read_end(lk, p, ly), *l;
 		for (l = ly; !err && l < end && !lk->store->trusted; l++)
 			err = kvl__obj_layer_ok(it->hdr, (uint32_t)(l - p->layers),
 			                        kvl__layer_sum(p, l, it->slot));
@@ -897,7 +886,7 @@ static int load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 					.len = p->header_size};
 			else if (lk->store->whole_reads)
 				continue; /* read with the first layer */
-			const kvl__layer *end = read_end(lk, p, ly);
+			const kvl__layer *end = kvl__lk_read_end(lk, p, ly);
 			for (const kvl__layer *l = ly; l < end; l++)
 				c += kvl__layer_ranges(p, l, it->slot,
 				                       rg + n_rg + c);

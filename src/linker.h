@@ -131,4 +131,16 @@ void kvl__lk_req_fail(lk_req *r, size_t page, int code);
 int kvl__lk_io_alloc(lk_io *io, size_t n, size_t per_item, size_t hdr);
 void kvl__lk_io_free(lk_io *io);
 
+/* The end of the layers read together with layer ly of p: ly alone, or
+ * every layer at the first one when the store reads whole objects anyway
+ * (store->whole_reads). */
+static inline const kvl__layer *kvl__lk_read_end(const kvl_linker *lk,
+                                                 const kvl__pool *p,
+                                                 const kvl__layer *ly)
+{
+	return lk->store->whole_reads && ly == &p->layers[0]
+	               ? p->layers + p->n_layers
+	               : ly + 1;
+}
+
 #endif /* KVL_LINKER_H */

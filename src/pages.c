@@ -41,8 +41,13 @@ uint64_t kvl__layer_sum(const kvl__pool *p, const kvl__layer *ly, size_t slot)
 uint64_t kvl__object_layer_sum(const kvl__pool *p, const kvl__layer *ly,
                                const uint8_t *obj)
 {
+	return kvl__layer_bytes_sum(p, ly, obj + ly->offset);
+}
+
+uint64_t kvl__layer_bytes_sum(const kvl__pool *p, const kvl__layer *ly,
+                              const uint8_t *at)
+{
 	uint64_t sum = KVL__CHECKSUM_SEED;
-	const uint8_t *at = obj + ly->offset;
 	for (uint32_t k = 0; k < p->n_comps; k++) {
 		size_t len = ly->bufs[k]->b.page_bytes;
 		sum = kvl__checksum(at, len, sum);

@@ -21,6 +21,10 @@ uint64_t kvl__layer_sum(const kvl__pool *p, const kvl__layer *ly, size_t slot);
 uint64_t kvl__object_layer_sum(const kvl__pool *p, const kvl__layer *ly,
                                const uint8_t *obj);
 
+/* The same for the layer's bytes alone, at `at` (ly->len bytes). */
+uint64_t kvl__layer_bytes_sum(const kvl__pool *p, const kvl__layer *ly,
+                              const uint8_t *at);
+
 /* Writes the header of page `page` stored from slot `slot` into hdr
  * (p->header_size bytes), summing every layer of the slot when `summed`
  * (stores that are not trusted; see kvl__obj_header_write). */
