@@ -5,20 +5,30 @@
  * in the store (zero-copy views of pinned, mapped store memory), checks
  * them, and issues gather kernels that copy the layer's bytes straight from
  * store memory into the GPU slots (per group of objects pinned in the first
- * layer, per io_batch items after); then it records the layer's event. The views stay pinned until the layer's copies
- * finish (kvl__lk_gpu_finish_layer, called after the next layer is issued),
- * so an object can be evicted meanwhile but its memory is not reused under
- * the copy. Engines wait for a layer on the CPU (kvl_linker_wait) or on a
+ * layer, per io_batch items after); then it records the layer's event. The
+ * views stay pinned until the layer's copies finish
+ * (kvl__lk_gpu_finish_layer, called after the next layer is issued), so an
+ * object can be evicted meanwhile but its memory is not reused under the
+ * copy. Engines wait for a layer on the CPU (kvl_linker_wait) or on a
  * stream (kvl_linker_wait_stream: cudaStreamWaitEvent on the layer's event).
+ *
+ * Stores that cannot lend their memory (no peek: Redis, Mooncake, the
+ * fault wrapper) are staged instead: the loader reads a store call's items
+ * (each layer's bytes; every layer at the first on whole_reads stores) into
+ * one half of a pinned ring, checks them there, and gathers them into the
+ * GPU slots from it. A half is refilled only after the copies out of it
+ * finished, so the store's reads into one half overlap the GPU's copies
+ * out of the other.
  *
  * Offloads: the offloader waits on the engine's event on its own stream,
  * gathers the pages' layers from the GPU slots into a pinned staging area
  * laid out as objects, sums each layer on the CPU, writes the headers and
- * puts the objects.
+ * puts the objects (or, on stores that lend memory, writes the objects in
+ * place).
  *
- * Threads: `load` and the view sets belong to the loader thread; `off` and
- * the staging area to the offloader. Engine threads only enqueue waits on
- * the load copier's events, which CUDA allows from any thread.
+ * Threads: `load`, the view sets and the ring belong to the loader thread;
+ * `off` and the staging area to the offloader. Engine threads only enqueue
+ * waits on the load copier's events, which CUDA allows from any thread.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +39,8 @@
 #include "store.h"
 
 #define GPU_STAGING (256ull << 20)
+/* The most one half of the load ring holds, unless one item needs more. */
+#define GPU_RING_HALF (64ull << 20)
 
 
 typedef struct lk_gpu {
@@ -41,7 +53,23 @@ typedef struct lk_gpu {
 	uint8_t *staging;     /* offloads: objects gathered for a put */
 	size_t staging_len;
 	kvl__view *off_views; /* objects being written in place */
+	/* Staged loads (stores without peek): */
+	uint8_t *ring;        /* two halves of ring_half bytes */
+	size_t ring_half;
+	unsigned half;        /* the half being filled */
+	int half_busy[2];     /* copies out of that half may still run */
 } lk_gpu;
+
+/* The copier's events: one per layer, then one per ring half. */
+static uint32_t half_event(const kvl_linker *lk, unsigned half)
+{
+	return lk->n_layers + half;
+}
+
+static size_t round64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
 
 static const kvl__pool *gpu_pool(const kvl_linker *lk, uint32_t pool)
 {
@@ -52,7 +80,8 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
 {
 	const kvl_layout *l = lk->layout;
 	int device = -1;
-	size_t max_obj = 0;
+	size_t max_obj = 0, max_span = 0; /* bytes of one item's read */
+	size_t max_pieces = 0;            /* chunks of one page's offload */
 	for (size_t i = 0; i < l->n_pools; i++) {
 		const kvl__pool *p = &l->pools[i];
 		if (!p->on_cuda)
@@ -74,17 +103,21 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
 		}
 		if (p->object_size > max_obj)
 			max_obj = p->object_size;
+		if (p->max_pieces > max_pieces)
+			max_pieces = p->max_pieces;
+		for (uint32_t k = 0; k < p->n_layers; k++) {
+			const kvl__layer *ly = &p->layers[k];
+			const kvl__layer *end = kvl__lk_read_end(lk, p, ly);
+			size_t span = end[-1].offset + end[-1].len - ly->offset;
+			if (round64(span) > max_span)
+				max_span = round64(span);
+		}
 	}
 	if (!kvl__cuda_usable())
 		return kvl__fail_buf(errbuf, errlen, KVL_ENOTSUP,
 		                     "a pool lives on CUDA device %d but no "
 		                     "CUDA device is usable here",
 		                     device);
-	if (!lk->store->ops->peek)
-		return kvl__fail_buf(errbuf, errlen, KVL_ENOTSUP,
-		                     "GPU pools need a store that reads in place "
-		                     "(the embedded mem: store); '%s' cannot",
-		                     lk->store->ops->scheme);
 	lk_gpu *g = calloc(1, sizeof *g);
 	if (!g)
 		return kvl__fail_buf(errbuf, errlen, KVL_ENOMEM,
@@ -92,17 +125,31 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
 	lk->gpu = g;
 	g->device = device;
 	size_t n = lk->opts.io_batch;
+	/* A layer of io_batch items per launch, and at least a whole page:
+	 * an offload group must always take one. */
 	g->max_chunks = n * (lk->max_comps ? lk->max_comps : 1);
-	int io_rc = kvl__lk_io_alloc(&g->load_io, n, 1, 0) |
+	if (g->max_chunks < max_pieces)
+		g->max_chunks = max_pieces;
+	int io_rc = kvl__lk_io_alloc(&g->load_io, n, 2 * sizeof(kvl_range),
+	                             0) |
 	            kvl__lk_io_alloc(&g->off_io, n, sizeof(kvl_iov), 0);
 	g->off_views = calloc(n, sizeof *g->off_views);
 	g->pin_views = calloc(n, sizeof *g->pin_views);
 	g->staging_len = max_obj > GPU_STAGING ? max_obj : GPU_STAGING;
 	g->staging = kvl__cuda_host_alloc(g->staging_len);
+	if (!lk->store->ops->peek) {
+		/* A half holds a store call's items where it can. */
+		g->ring_half = n * max_span < GPU_RING_HALF ? n * max_span
+		                                            : GPU_RING_HALF;
+		if (g->ring_half < max_span)
+			g->ring_half = max_span;
+		g->ring = kvl__cuda_host_alloc(2 * g->ring_half);
+	}
 	const char *why = "out of memory";
 	if (io_rc || !g->staging || !g->off_views || !g->pin_views ||
-	    kvl__copier_create(device, lk->n_layers, g->max_chunks, &g->load,
-	                       &why) ||
+	    (g->ring_half && !g->ring) ||
+	    kvl__copier_create(device, lk->n_layers + 2, g->max_chunks,
+	                       &g->load, &why) ||
 	    kvl__copier_create(device, 2, g->max_chunks, &g->off, &why))
 		return kvl__fail_buf(errbuf, errlen, KVL_EIO,
 		                     "cannot set up GPU copies on device %d: %s",
@@ -119,6 +166,7 @@ void kvl__lk_gpu_close(kvl_linker *lk)
 	kvl__copier_destroy(g->off);
 	free(g->pin_views);
 	kvl__cuda_host_free(g->staging);
+	kvl__cuda_host_free(g->ring);
 	kvl__lk_io_free(&g->load_io);
 	kvl__lk_io_free(&g->off_io);
 	free(g->off_views);
@@ -167,20 +215,21 @@ static void gather_launch(kvl_linker *lk, gather *gt)
 	gt->n = 0;
 }
 
-/* Adds the chunks copying layer ly of a pinned item into its slot. */
+/* Adds the chunks copying layer ly of an item, whose bytes are at src
+ * (pinned), into its slot. */
 static void gather_add(kvl_linker *lk, gather *gt, const kvl__pool *p,
-                       const kvl__layer *ly, const lk_item *it)
+                       const kvl__layer *ly, const lk_item *it,
+                       const uint8_t *src)
 {
 	if (gt->n + p->n_comps > lk->gpu->max_chunks)
 		gather_launch(lk, gt);
-	uint64_t off = ly->offset;
 	for (uint32_t c = 0; c < p->n_comps; c++) {
 		const kvl_buffer *b = &ly->bufs[c]->b;
 		gt->ch[gt->n++] = (kvl__chunk){
-			.src = it->view.data + off,
+			.src = src,
 			.dst = (char *)b->base + it->slot * b->page_stride,
 			.len = b->page_bytes};
-		off += b->page_bytes;
+		src += b->page_bytes;
 	}
 	KVL__COUNT(&lk->stats, loaded_bytes, ly->len);
 }
@@ -225,7 +274,8 @@ static int pin_gathered(kvl_linker *lk, size_t m, uint32_t layer, gather *gt)
 		                           : view_check(lk, p, ly, r, it, v);
 		if (!bad) {
 			it->view = *v;
-			gather_add(lk, gt, p, ly, it);
+			gather_add(lk, gt, p, ly, it,
+			           (const uint8_t *)v->data + ly->offset);
 			continue;
 		}
 		item_fail(r, it, bad);
@@ -240,6 +290,123 @@ static int pin_gathered(kvl_linker *lk, size_t m, uint32_t layer, gather *gt)
 	return first;
 }
 
+/* ------------------------------------------------------- staged loads */
+
+/* Reads the m gathered items' bytes of this layer into the ring's current
+ * half (an item's last range is its span there), checks them, launches
+ * their copies and moves to the other half. Returns the first failure. */
+static int staged_flush(kvl_linker *lk, size_t m, uint32_t layer, gather *gt)
+{
+	lk_gpu *g = lk->gpu;
+	lk_io *io = &g->load_io;
+	if (m == 0)
+		return 0;
+	const kvl_range *rg = io->pieces;
+	int rc = kvl_store_get(lk->store, io->keyp, m, rg, io->counts,
+	                       io->got);
+	int first = 0;
+	for (size_t k = 0; k < m; rg += io->counts[k], k++) {
+		lk_item *it = io->items[k];
+		lk_req *r = io->reqs[k];
+		const kvl__pool *p = gpu_pool(lk, it->pool);
+		const kvl__layer *ly = kvl__pool_layer(p, layer);
+		const kvl__layer *end = kvl__lk_read_end(lk, p, ly), *l;
+		const uint8_t *span = rg[io->counts[k] - 1].addr;
+		int err = rc ? rc : io->got[k] < 0 ? (int)io->got[k] : 0;
+		if (err == KVL_ERANGE)
+			err = KVL_ECORRUPT; /* shorter than our object */
+		if (!err && ly == &p->layers[0]) {
+			kvl__obj_id id = kvl__page_id(p, &r->pages[it->page]);
+			err = kvl__obj_header_check(it->hdr, p->header_size,
+			                            &id, NULL);
+		}
+		for (l = ly; !err && l < end && !lk->store->trusted; l++)
+			err = kvl__obj_layer_ok(
+				it->hdr, (uint32_t)(l - p->layers),
+				kvl__layer_bytes_sum(p, l,
+				                     span + (l->offset - ly->offset)));
+		if (err) {
+			item_fail(r, it, err);
+			if (!first)
+				first = err;
+			continue;
+		}
+		for (l = ly; l < end; l++)
+			gather_add(lk, gt, p, l, it,
+			           span + (l->offset - ly->offset));
+	}
+	gather_launch(lk, gt);
+	if (kvl__copier_record(g->load, half_event(lk, g->half)) && !first)
+		first = kvl__fail(&lk->err, KVL_EIO, "load: CUDA event: %s",
+		                  kvl__cuda_last_error());
+	g->half_busy[g->half] = 1;
+	g->half ^= 1;
+	return first;
+}
+
+/* The current half of the ring, once the copies out of it finished. */
+static uint8_t *ring_take(kvl_linker *lk, int *err)
+{
+	lk_gpu *g = lk->gpu;
+	if (g->half_busy[g->half]) {
+		if (kvl__copier_sync(g->load, half_event(lk, g->half)) && !*err)
+			*err = kvl__fail(&lk->err, KVL_EIO,
+			                 "load: GPU copy failed: %s",
+			                 kvl__cuda_last_error());
+		g->half_busy[g->half] = 0;
+	}
+	return g->ring + g->half * g->ring_half;
+}
+
+/* Layer `layer` of the batch's GPU items, from a store without peek. */
+static int staged_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer,
+                             gather *gt)
+{
+	lk_gpu *g = lk->gpu;
+	lk_io *io = &g->load_io;
+	kvl_range *rg = io->pieces;
+	size_t m = 0, n_rg = 0, used = 0;
+	int err = 0, e;
+	uint8_t *half = ring_take(lk, &err);
+	for (lk_req *r = b->reqs; r; r = r->qnext) {
+		for (size_t i = 0; i < r->n_items; i++) {
+			lk_item *it = &r->items[i];
+			const kvl__pool *p = gpu_pool(lk, it->pool);
+			const kvl__layer *ly = kvl__pool_layer(p, layer);
+			if (!p->on_cuda || it->page >= r->first_bad || !ly)
+				continue;
+			int first_layer = ly == &p->layers[0];
+			if (lk->store->whole_reads && !first_layer)
+				continue; /* read with the first layer */
+			const kvl__layer *end = kvl__lk_read_end(lk, p, ly);
+			size_t len = end[-1].offset + end[-1].len - ly->offset;
+			if (used + len > g->ring_half || m == io->n) {
+				if ((e = staged_flush(lk, m, layer, gt)) && !err)
+					err = e;
+				half = ring_take(lk, &err);
+				m = n_rg = used = 0;
+			}
+			size_t c = 0;
+			if (first_layer)
+				rg[n_rg + c++] = (kvl_range){
+					.offset = 0, .addr = it->hdr,
+					.len = p->header_size};
+			rg[n_rg + c++] = (kvl_range){.offset = ly->offset,
+			                             .addr = half + used,
+			                             .len = len};
+			n_rg += c;
+			used += round64(len);
+			io->keyp[m] = it->key;
+			io->items[m] = it;
+			io->reqs[m] = r;
+			io->counts[m++] = c;
+		}
+	}
+	if ((e = staged_flush(lk, m, layer, gt)) && !err)
+		err = e;
+	return err;
+}
+
 int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 {
 	lk_gpu *g = lk->gpu;
@@ -249,6 +416,10 @@ int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 	                              : GPU_PIN_GROUP;
 	gather gt = {.ch = kvl__copier_chunks(g->load)};
 	int err = 0, e;
+	if (g->ring) {
+		err = staged_load_layer(lk, b, layer, &gt);
+		goto record;
+	}
 	for (lk_req *r = b->reqs; r; r = r->qnext) {
 		for (size_t i = 0; i < r->n_items; i++) {
 			lk_item *it = &r->items[i];
@@ -264,7 +435,9 @@ int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 				if (e && !err)
 					err = item_fail(r, it, e);
 				else if (!e)
-					gather_add(lk, &gt, p, ly, it);
+					gather_add(lk, &gt, p, ly, it,
+					           (const uint8_t *)it->view.data +
+					                   ly->offset);
 				continue;
 			}
 			io->keyp[m] = it->key;
@@ -280,6 +453,7 @@ int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 	if ((e = pin_gathered(lk, m, layer, &gt)) && !err)
 		err = e;
 	gather_launch(lk, &gt);
+record:
 	if (gt.err && !err)
 		err = gt.err;
 	if (kvl__copier_record(g->load, layer) && !err)
