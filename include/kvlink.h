@@ -592,9 +592,14 @@ typedef struct kvl_linker_opts {
 /* Opens a linker over a finalized layout and a store (both borrowed: they
  * must outlive the linker) and starts its loader and offloader threads.
  * Rank information (tp/cp/pp rank and size, replicated pools) comes from the
- * layout's shard and pool flags.
+ * layout's shard and pool flags. With pools on a CUDA device, loads copy
+ * straight from the store's memory where the store lends it (mem:), and
+ * otherwise through a pinned ring the linker allocates: two halves of up to
+ * 64 MiB each (io_batch items' reads, or one item's if larger).
  * Errors: KVL_EINVAL (NULL, unfinalized layout, bad option), KVL_ENOTSUP
- * (a pool on a CUDA device in a build without CUDA), KVL_ENOMEM. */
+ * (a pool on a CUDA device in a build without CUDA or without a usable
+ * device; GPU pools on two devices; a pool mixing host and CUDA buffers),
+ * KVL_EIO (the GPU copies cannot be set up), KVL_ENOMEM. */
 KVL_API int kvl_linker_open(const kvl_layout *layout, kvl_store *store,
                             const kvl_linker_opts *opts, kvl_linker **out,
                             char *errbuf, size_t errlen);
