@@ -826,6 +826,29 @@ int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
 
 /* ---------------------------------------------------------------- loader */
 
+int kvl__lk_read_check(const kvl_linker *lk, const lk_req *r,
+                       const lk_item *it, const kvl__layer *ly, int err,
+                       const uint8_t *bytes)
+{
+	const kvl__pool *p = lk_pool(lk, it->pool);
+	if (err == KVL_ERANGE)
+		err = KVL_ECORRUPT; /* shorter than our object */
+	if (!err && ly == &p->layers[0]) {
+		kvl__obj_id id = kvl__page_id(p, &r->pages[it->page]);
+		err = kvl__obj_header_check(it->hdr, p->header_size, &id, NULL);
+	}
+	const kvl__layer *end = kvl__lk_read_end(lk, p, ly);
+	for (const kvl__layer *l = ly; !err && l < end && !lk->store->trusted;
+	     l++) {
+		uint64_t sum =
+			bytes ? kvl__layer_bytes_sum(p, l,
+			                             bytes + (l->offset - ly->offset))
+			      : kvl__layer_sum(p, l, it->slot);
+		err = kvl__obj_layer_ok(it->hdr, (uint32_t)(l - p->layers), sum);
+	}
+	return err;
+}
+
 /* Reads the io's gathered items and checks each one. */
 static void load_flush(kvl_linker *lk, lk_io *io, size_t m, uint32_t layer,
                        int *layer_err)
@@ -839,18 +862,10 @@ static void load_flush(kvl_linker *lk, lk_io *io, size_t m, uint32_t layer,
 		lk_req *r = io->reqs[k];
 		const kvl__pool *p = lk_pool(lk, it->pool);
 		const kvl__layer *ly = kvl__pool_layer(p, layer);
-		int err = rc ? rc : io->got[k] < 0 ? (int)io->got[k] : 0;
-		if (err == KVL_ERANGE)
-			err = KVL_ECORRUPT; /* shorter than our object */
-		if (!err && ly == &p->layers[0]) {
-			kvl__obj_id id = kvl__page_id(p, &r->pages[it->page]);
-			err = kvl__obj_header_check(it->hdr, p->header_size,
-			                            &id, NULL);
-		}
 		const kvl__layer *end = kvl__lk_read_end(lk, p, ly), *l;
-		for (l = ly; !err && l < end && !lk->store->trusted; l++)
-			err = kvl__obj_layer_ok(it->hdr, (uint32_t)(l - p->layers),
-			                        kvl__layer_sum(p, l, it->slot));
+		int err = kvl__lk_read_check(
+			lk, r, it, ly,
+			rc ? rc : io->got[k] < 0 ? (int)io->got[k] : 0, NULL);
 		if (err) {
 			kvl__lk_req_fail(r, it->page, err);
 			if (!*layer_err)

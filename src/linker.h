@@ -131,6 +131,16 @@ void kvl__lk_req_fail(lk_req *r, size_t page, int code);
 int kvl__lk_io_alloc(lk_io *io, size_t n, size_t per_item, size_t hdr);
 void kvl__lk_io_free(lk_io *io);
 
+/* Checks an item's read of layer ly (and the layers read with it): `err`
+ * (the store's result for it, 0: read), its header at the pool's first
+ * layer, and on untrusted stores each layer's checksum, over `bytes` (the
+ * layers as read, contiguous) or, when NULL, over the item's host slot.
+ * Returns 0 or the reason it is not valid (a short object is
+ * KVL_ECORRUPT). */
+int kvl__lk_read_check(const kvl_linker *lk, const lk_req *r,
+                       const lk_item *it, const kvl__layer *ly, int err,
+                       const uint8_t *bytes);
+
 /* The end of the layers read together with layer ly of p: ly alone, or
  * every layer at the first one when the store reads whole objects anyway
  * (store->whole_reads). */

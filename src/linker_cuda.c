@@ -312,19 +312,9 @@ static int staged_flush(kvl_linker *lk, size_t m, uint32_t layer, gather *gt)
 		const kvl__layer *ly = kvl__pool_layer(p, layer);
 		const kvl__layer *end = kvl__lk_read_end(lk, p, ly), *l;
 		const uint8_t *span = rg[io->counts[k] - 1].addr;
-		int err = rc ? rc : io->got[k] < 0 ? (int)io->got[k] : 0;
-		if (err == KVL_ERANGE)
-			err = KVL_ECORRUPT; /* shorter than our object */
-		if (!err && ly == &p->layers[0]) {
-			kvl__obj_id id = kvl__page_id(p, &r->pages[it->page]);
-			err = kvl__obj_header_check(it->hdr, p->header_size,
-			                            &id, NULL);
-		}
-		for (l = ly; !err && l < end && !lk->store->trusted; l++)
-			err = kvl__obj_layer_ok(
-				it->hdr, (uint32_t)(l - p->layers),
-				kvl__layer_bytes_sum(p, l,
-				                     span + (l->offset - ly->offset)));
+		int err = kvl__lk_read_check(
+			lk, r, it, ly,
+			rc ? rc : io->got[k] < 0 ? (int)io->got[k] : 0, span);
 		if (err) {
 			item_fail(r, it, err);
 			if (!first)
