@@ -1,5 +1,6 @@
-"""What Layout, Store and RankGroup share: open linkers use them, so each
-refuses to close while one is open."""
+"""Lifetimes of the C objects: each closes on exit from a ``with`` block and
+when collected; Layout, Store and RankGroup, which open linkers use, refuse
+to close while one is open."""
 
 from __future__ import annotations
 
@@ -10,7 +11,28 @@ from . import _lib
 from .errors import StateError
 
 
-class SharedHandle:
+class Closable:
+    """A C object with ``close()``: a context manager that also closes
+    when collected."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        # Never under an open linker; at interpreter shutdown, quietly.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class SharedHandle(Closable):
     """A C object that linkers use. Subclasses set ``_what`` (its name in
     messages) and ``_free`` (frees ``self._h`` and resets it to NULL)."""
 
@@ -38,16 +60,3 @@ class SharedHandle:
                              f"{self._what} is used by {busy} open "
                              f"linker(s); close them first")
         self._free()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        # Never under an open linker; at interpreter shutdown, quietly.
-        try:
-            self.close()
-        except Exception:
-            pass

@@ -35,7 +35,7 @@ from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional,
 from . import _lib
 from ._buffers import event_handle, stream_handle
 from ._lib import kvl_completion, kvl_linker_opts, lib
-from ._shared import SharedHandle
+from ._shared import Closable, SharedHandle
 from .errors import InvalidArgument, KvlinkError, StateError, check, \
     make_error
 from .hashes import HashLike, HashesLike, hash_array, hash_ptr
@@ -136,7 +136,7 @@ replaces it in place by the bitwise AND over all ranks (e.g. with
 ``torch.distributed.all_reduce(t, op=ReduceOp.BAND)`` on an int64 view)."""
 
 
-class Linker:
+class Linker(Closable):
     """The engine-facing object over a finalized layout and a store.
 
     Args:
@@ -572,18 +572,6 @@ class Linker:
         if self._h:
             lib.kvl_linker_close(self._h)
             self._h = _lib.LinkerP()
-
-    def __enter__(self) -> "Linker":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown
-            pass
 
     def __repr__(self) -> str:
         return (f"<kvlink.Linker layout={self._layout.model_tag!r} "
