@@ -397,19 +397,18 @@ static int staged_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer,
 	return err;
 }
 
-int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
+/* Layer `layer` of the batch's GPU items, from a store that lends its
+ * memory: objects pinned in the batch's first layer stay pinned for the
+ * rest. */
+static int pinned_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer,
+                             gather *gt)
 {
 	lk_gpu *g = lk->gpu;
 	lk_io *io = &g->load_io;
 	size_t m = 0, group = lk->opts.io_batch < GPU_PIN_GROUP
 	                              ? lk->opts.io_batch
 	                              : GPU_PIN_GROUP;
-	gather gt = {.ch = kvl__copier_chunks(g->load)};
 	int err = 0, e;
-	if (g->ring) {
-		err = staged_load_layer(lk, b, layer, &gt);
-		goto record;
-	}
 	for (lk_req *r = b->reqs; r; r = r->qnext) {
 		for (size_t i = 0; i < r->n_items; i++) {
 			lk_item *it = &r->items[i];
@@ -422,28 +421,39 @@ int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 				            ? 0
 				            : view_check(lk, p, ly, r, it,
 				                         &it->view);
-				if (e && !err)
-					err = item_fail(r, it, e);
-				else if (!e)
-					gather_add(lk, &gt, p, ly, it,
+				if (e) {
+					item_fail(r, it, e);
+					if (!err)
+						err = e;
+				} else {
+					gather_add(lk, gt, p, ly, it,
 					           (const uint8_t *)it->view.data +
 					                   ly->offset);
+				}
 				continue;
 			}
 			io->keyp[m] = it->key;
 			io->items[m] = it;
 			io->reqs[m] = r;
 			if (++m == group) {
-				if ((e = pin_gathered(lk, m, layer, &gt)) && !err)
+				if ((e = pin_gathered(lk, m, layer, gt)) && !err)
 					err = e;
 				m = 0;
 			}
 		}
 	}
-	if ((e = pin_gathered(lk, m, layer, &gt)) && !err)
+	if ((e = pin_gathered(lk, m, layer, gt)) && !err)
 		err = e;
+	return err;
+}
+
+int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
+{
+	lk_gpu *g = lk->gpu;
+	gather gt = {.ch = kvl__copier_chunks(g->load)};
+	int err = g->ring ? staged_load_layer(lk, b, layer, &gt)
+	                  : pinned_load_layer(lk, b, layer, &gt);
 	gather_launch(lk, &gt);
-record:
 	if (gt.err && !err)
 		err = gt.err;
 	if (kvl__copier_record(g->load, layer) && !err)
