@@ -1417,8 +1417,21 @@ static int redis_authority(struct rstore *r, const char *auth, char *errbuf,
 	return 0;
 }
 
+/* Appends why a seed could not be used to the list `tried` (used bytes
+ * so far in *used) and marks the node down. */
+static void seed_skip(struct rnode *nd, const char *why, char *tried,
+                      size_t cap, size_t *used)
+{
+	int w = snprintf(tried + *used, cap - *used, "%s%s", *used ? "; " : "",
+	                 why);
+	if (w > 0 && (size_t)w < cap - *used)
+		*used += (size_t)w;
+	node_mark_down(nd, why);
+}
+
 /* Connects to the seeds in order, asks the first that answers whether it
- * is a cluster node, and loads the slot map. */
+ * is a cluster node, and loads the slot map. A seed that cannot be reached
+ * or does not answer (a paused server) is skipped for the next. */
 static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
                           size_t errlen)
 {
@@ -1436,11 +1449,7 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 		int rc = kvl__rconn_open(nd->host, nd->port, &probe, nd, &c, why,
 		                         sizeof why);
 		if (rc == KVL_EIO && !strstr(why, "authentication")) {
-			int w = snprintf(tried + used, sizeof tried - used, "%s%s",
-			                 used ? "; " : "", why);
-			if (w > 0 && (size_t)w < sizeof tried - used)
-				used += (size_t)w;
-			node_mark_down(nd, why);
+			seed_skip(nd, why, tried, sizeof tried, &used);
 			continue;
 		}
 		if (rc < 0)
@@ -1456,7 +1465,11 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 		                        r->timeout_ms, why, sizeof why);
 		if (rc < 0) {
 			kvl__rconn_close(c);
-			return kvl__fail_buf(errbuf, errlen, rc, "%s", why);
+			if (rc != KVL_EIO)
+				return kvl__fail_buf(errbuf, errlen, rc, "%s",
+				                     why);
+			seed_skip(nd, why, tried, sizeof tried, &used);
+			continue;
 		}
 		if (rep[0]->type == REDIS_REPLY_ERROR) {
 			int noauth = strncmp(rep[0]->str, "NOAUTH", 6) == 0;

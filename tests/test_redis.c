@@ -717,6 +717,33 @@ static void test_timeout(void **state)
 	kvl_store_close(s);
 }
 
+/* A seed that accepts connections but does not answer (a paused server)
+ * is skipped at open, and the next seed serves; alone, it fails the open
+ * with KVL_EIO after about the timeout. */
+static void test_paused_seed(void **state)
+{
+	(void)state;
+	int P = start_server("");
+	server_do("pause", P);
+	char eb[512];
+	uint64_t t0 = now_ms();
+	ASSERT_CODE(open_err(eb, sizeof eb,
+	                     "redis://127.0.0.1:%d?timeout_ms=300", P),
+	            KVL_EIO);
+	assert_true(now_ms() - t0 < 5000);
+	ASSERT_CONTAINS(eb, "no reply");
+	kvl_store *s = open_ok("redis://127.0.0.1:%d,127.0.0.1:%d?"
+	                       "timeout_ms=300",
+	                       P, cluster_ports[0]);
+	uint8_t buf[64], back[64];
+	memset(buf, 7, sizeof buf);
+	ASSERT_CODE(put1(s, "ps/a", buf, sizeof buf), KVL_PUT_STORED);
+	ASSERT_EQ(get1(s, "ps/a", 0, back, sizeof back), 64);
+	assert_memory_equal(buf, back, sizeof buf);
+	kvl_store_close(s);
+	server_do("resume", P);
+}
+
 static void test_eviction(void **state)
 {
 	(void)state;
@@ -1239,6 +1266,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_wrong_password),
 		cmocka_unit_test(test_restart),
 		cmocka_unit_test(test_timeout),
+		cmocka_unit_test(test_paused_seed),
 		cmocka_unit_test(test_eviction),
 		cmocka_unit_test(test_cluster_ops),
 		cmocka_unit_test(test_linker_cluster),
