@@ -75,6 +75,12 @@ static inline uint64_t kvl__get_u64le(const uint8_t *p)
 	return v;
 }
 
+/* n rounded up to a multiple of 64 (a cache line). */
+static inline size_t kvl__round64(size_t n)
+{
+	return (n + 63) & ~(size_t)63;
+}
+
 /* Writes the 2*n lowercase hex digits of bytes[0..n) to out (no NUL). */
 void kvl__hex(const uint8_t *bytes, size_t n, char *out);
 

@@ -66,11 +66,6 @@ static uint32_t half_event(const kvl_linker *lk, unsigned half)
 	return lk->n_layers + half;
 }
 
-static size_t round64(size_t n)
-{
-	return (n + 63) & ~(size_t)63;
-}
-
 static const kvl__pool *gpu_pool(const kvl_linker *lk, uint32_t pool)
 {
 	return &lk->layout->pools[pool];
@@ -109,8 +104,8 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
 			const kvl__layer *ly = &p->layers[k];
 			const kvl__layer *end = kvl__lk_read_end(lk, p, ly);
 			size_t span = end[-1].offset + end[-1].len - ly->offset;
-			if (round64(span) > max_span)
-				max_span = round64(span);
+			if (kvl__round64(span) > max_span)
+				max_span = kvl__round64(span);
 		}
 	}
 	if (!kvl__cuda_usable())
@@ -385,7 +380,7 @@ static int staged_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer,
 			                             .addr = half + used,
 			                             .len = len};
 			n_rg += c;
-			used += round64(len);
+			used += kvl__round64(len);
 			io->keyp[m] = it->key;
 			io->items[m] = it;
 			io->reqs[m] = r;
@@ -590,7 +585,7 @@ static size_t off_group(kvl_linker *lk, lk_item **items, size_t i, size_t n,
 	size_t used = 0, n_ch = 0, j = i;
 	while (j < n && j - i < max_items) {
 		const kvl__pool *p = gpu_pool(lk, items[j]->pool);
-		size_t size = (p->object_size + 63) & ~(size_t)63;
+		size_t size = kvl__round64(p->object_size);
 		if (used + size > room || n_ch + p->max_pieces > lk->gpu->max_chunks)
 			break;
 		used += size;
@@ -705,7 +700,7 @@ static void offload_staged(kvl_linker *lk, lk_req *r, lk_item **items,
 			const kvl__pool *p = gpu_pool(lk, items[k]->pool);
 			n_ch += page_chunks(p, items[k]->slot, g->staging + off,
 			                    ch + n_ch);
-			off += (p->object_size + 63) & ~(size_t)63;
+			off += kvl__round64(p->object_size);
 		}
 		int err = off_launch(lk, n_ch, 0);
 		if (!err)
@@ -715,7 +710,7 @@ static void offload_staged(kvl_linker *lk, lk_req *r, lk_item **items,
 		for (size_t k = i; k < j; k++) {
 			const kvl__pool *p = gpu_pool(lk, items[k]->pool);
 			uint8_t *obj = g->staging + off;
-			off += (p->object_size + 63) & ~(size_t)63;
+			off += kvl__round64(p->object_size);
 			if (err) {
 				kvl__lk_req_fail(r, items[k]->page, err);
 				continue;

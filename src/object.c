@@ -16,7 +16,7 @@ static const uint8_t obj_magic[4] = {'K', 'V', 'L', 'O'};
 size_t kvl__obj_header_size(uint32_t n_layers)
 {
 	size_t raw = 72 + 8 * (size_t)n_layers + 8;
-	return (raw + 63) & ~(size_t)63;
+	return kvl__round64(raw);
 }
 
 static inline uint64_t rotl64(uint64_t x, int r)

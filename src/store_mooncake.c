@@ -121,11 +121,6 @@ static void half_give(struct mstore *m, unsigned i)
 	pthread_mutex_unlock(&m->half_mu[i]);
 }
 
-static size_t round64(uint64_t n)
-{
-	return (size_t)((n + 63) & ~(uint64_t)63);
-}
-
 /* 1 if [p, p + len) lies in memory registered through kvl_store_register. */
 static int registered(struct mstore *m, const void *p, size_t len)
 {
@@ -362,7 +357,7 @@ static int mc_get(kvl_store *store, void *impl, const char *const *keys,
 			sz[g] = (size_t)need;
 			rp[g] = r;
 			idx[g++] = i;
-			used += direct ? 0 : round64(need);
+			used += direct ? 0 : kvl__round64((size_t)need);
 		}
 		if (g == 0)
 			continue;
@@ -479,7 +474,7 @@ static int put_group(kvl_store *store, struct mstore *m, uint8_t *base,
 				memcpy(at, pc[p].addr, pc[p].len);
 				at += pc[p].len;
 			}
-			used += round64(len);
+			used += kvl__round64((size_t)len);
 		}
 		if (g == 0)
 			continue;
