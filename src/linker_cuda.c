@@ -71,6 +71,28 @@ static const kvl__pool *gpu_pool(const kvl_linker *lk, uint32_t pool)
 	return &lk->layout->pools[pool];
 }
 
+/* The layer of item `it` to load at model layer `layer`, or NULL: its pool
+ * is not on the GPU or has no such layer, or a lower page of its request
+ * failed. */
+static const kvl__layer *gpu_item_layer(const kvl_linker *lk,
+                                        const lk_req *r, const lk_item *it,
+                                        uint32_t layer)
+{
+	const kvl__pool *p = gpu_pool(lk, it->pool);
+	if (!p->on_cuda || it->page >= r->first_bad)
+		return NULL;
+	return kvl__pool_layer(p, layer);
+}
+
+/* The bytes read with layer ly of p: it and the layers read along
+ * (kvl__lk_read_end), contiguous in the object. */
+static size_t read_span(const kvl_linker *lk, const kvl__pool *p,
+                        const kvl__layer *ly)
+{
+	const kvl__layer *end = kvl__lk_read_end(lk, p, ly);
+	return end[-1].offset + end[-1].len - ly->offset;
+}
+
 int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
 {
 	const kvl_layout *l = lk->layout;
@@ -101,11 +123,9 @@ int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen)
 		if (p->max_pieces > max_pieces)
 			max_pieces = p->max_pieces;
 		for (uint32_t k = 0; k < p->n_layers; k++) {
-			const kvl__layer *ly = &p->layers[k];
-			const kvl__layer *end = kvl__lk_read_end(lk, p, ly);
-			size_t span = end[-1].offset + end[-1].len - ly->offset;
-			if (kvl__round64(span) > max_span)
-				max_span = kvl__round64(span);
+			size_t span = kvl__round64(read_span(lk, p, &p->layers[k]));
+			if (span > max_span)
+				max_span = span;
 		}
 	}
 	if (!kvl__cuda_usable())
@@ -356,15 +376,14 @@ static int staged_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer,
 	for (lk_req *r = b->reqs; r; r = r->qnext) {
 		for (size_t i = 0; i < r->n_items; i++) {
 			lk_item *it = &r->items[i];
-			const kvl__pool *p = gpu_pool(lk, it->pool);
-			const kvl__layer *ly = kvl__pool_layer(p, layer);
-			if (!p->on_cuda || it->page >= r->first_bad || !ly)
+			const kvl__layer *ly = gpu_item_layer(lk, r, it, layer);
+			if (!ly)
 				continue;
+			const kvl__pool *p = gpu_pool(lk, it->pool);
 			int first_layer = ly == &p->layers[0];
 			if (lk->store->whole_reads && !first_layer)
 				continue; /* read with the first layer */
-			const kvl__layer *end = kvl__lk_read_end(lk, p, ly);
-			size_t len = end[-1].offset + end[-1].len - ly->offset;
+			size_t len = read_span(lk, p, ly);
 			if (used + len > g->ring_half || m == io->n) {
 				if ((e = staged_flush(lk, m, layer, gt)) && !err)
 					err = e;
@@ -407,10 +426,10 @@ static int pinned_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer,
 	for (lk_req *r = b->reqs; r; r = r->qnext) {
 		for (size_t i = 0; i < r->n_items; i++) {
 			lk_item *it = &r->items[i];
-			const kvl__pool *p = gpu_pool(lk, it->pool);
-			const kvl__layer *ly = kvl__pool_layer(p, layer);
-			if (!p->on_cuda || it->page >= r->first_bad || !ly)
+			const kvl__layer *ly = gpu_item_layer(lk, r, it, layer);
+			if (!ly)
 				continue;
+			const kvl__pool *p = gpu_pool(lk, it->pool);
 			if (it->view.data) { /* pinned by an earlier layer */
 				e = lk->store->trusted
 				            ? 0
