@@ -116,6 +116,22 @@ static void collect(kvl_linker *lk, uint64_t id, kvl_completion *out)
 	out->status = KVL_ETIMEDOUT;
 }
 
+/* PAGES page hashes (`tag` tells sets apart), their source slots 0.. with
+ * their patterns written into the host image, and destination slots from
+ * the top. */
+static void make_pages(kvl_hash *pages, size_t *src, size_t *dst,
+                       uint8_t tag)
+{
+	for (size_t i = 0; i < PAGES; i++) {
+		memset(&pages[i], 0, sizeof pages[i]);
+		pages[i].bytes[0] = (uint8_t)i;
+		pages[i].bytes[1] = tag;
+		src[i] = i;
+		dst[i] = SLOTS - 1 - i;
+		fill_slot(i, src[i]);
+	}
+}
+
 /* Copies host -> device -> host through the copier with chunks of one
  * shape: `n` chunks of `len` bytes (plus k % 3 for odd tails), at offsets
  * shifted by `skew` bytes (unaligned when skew % 16), and compares. Small
@@ -209,14 +225,7 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	}
 	kvl_hash pages[PAGES];
 	size_t src[PAGES], dst[PAGES];
-	for (size_t i = 0; i < PAGES; i++) {
-		memset(&pages[i], 0, sizeof pages[i]);
-		pages[i].bytes[0] = (uint8_t)i;
-		pages[i].bytes[1] = 0x77;
-		src[i] = i;
-		dst[i] = SLOTS - 1 - i;
-		fill_slot(i, src[i]);
-	}
+	make_pages(pages, src, dst, 0x77);
 	cudaStream_t s;
 	cudaStreamCreate(&s);
 	cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
@@ -317,14 +326,7 @@ int main(void)
 	/* Offload pages 0..PAGES-1 from slots 0.. after an engine event. */
 	kvl_hash pages[PAGES];
 	size_t src[PAGES], dst[PAGES];
-	for (size_t i = 0; i < PAGES; i++) {
-		memset(&pages[i], 0, sizeof pages[i]);
-		pages[i].bytes[0] = (uint8_t)i;
-		pages[i].bytes[1] = 0x5a;
-		src[i] = i;
-		dst[i] = SLOTS - 1 - i;
-		fill_slot(i, src[i]);
-	}
+	make_pages(pages, src, dst, 0x5a);
 	cudaStream_t s;
 	cudaEvent_t ev;
 	cudaStreamCreate(&s);
