@@ -55,20 +55,8 @@ PORT=$port
 SEGMENT=${KVL_MOONCAKE_SEGMENT:-256MiB}
 LEASE_MS=${KVL_MOONCAKE_LEASE_MS:-200}
 ENV
-watchdog=""
-cleanup() {
-	bash "$here/ctl.sh" "$dir" stop-all
-	[ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
-
-# Stops the deployment even if this script is killed with SIGKILL.
-self=$$
-( while kill -0 "$self" 2>/dev/null; do sleep 1; done
-  bash "$here/ctl.sh" "$dir" stop-all; rm -rf "$dir" ) >/dev/null 2>&1 </dev/null &
-watchdog=$!
+. "$here/../stop_on_exit.sh"
+stop_on_exit "$dir" bash "$here/ctl.sh" "$dir" stop-all
 
 bash "$here/ctl.sh" "$dir" start-master || exit 1
 bash "$here/ctl.sh" "$dir" start-holder || exit 1

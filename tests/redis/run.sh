@@ -26,20 +26,8 @@ done
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/kvl-redis.XXXXXX") || exit 1
 export KVL_REDIS_DIR=$dir KVL_REDIS_SERVERS=$here/servers.sh
-watchdog=""
-cleanup() {
-	bash "$here/servers.sh" stop "$dir"
-	[ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
-	rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
-
-# Stops the servers even if this script is killed with SIGKILL.
-self=$$
-( while kill -0 "$self" 2>/dev/null; do sleep 1; done
-  bash "$here/servers.sh" stop "$dir"; rm -rf "$dir" ) >/dev/null 2>&1 </dev/null &
-watchdog=$!
+. "$here/../stop_on_exit.sh"
+stop_on_exit "$dir" bash "$here/servers.sh" stop "$dir"
 
 if [ "$mode" = standalone ] || [ "$mode" = both ]; then
 	p=$(bash "$here/servers.sh" standalone "$dir") || exit 1
