@@ -47,7 +47,7 @@ int main(void)
 
 #include <hiredis/hiredis.h>
 
-#include "redis_cluster.h"
+#include "store/redis/spec.h"
 
 #define MAX_NODES 64
 #define KEY_MAX 64

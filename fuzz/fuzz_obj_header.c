@@ -29,9 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout.h"
-#include "object.h"
-#include "store.h"
+#include "core/layout.h"
+#include "core/object.h"
+#include "store/store.h"
 
 #define CHECK(cond)                                                          \
 	do {                                                                 \

@@ -37,8 +37,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "redis_cluster.h"
-#include "redis_conn.h"
+#include "store/redis/spec.h"
+#include "store/redis/conn.h"
 
 #define CHECK(cond)                                                          \
 	do {                                                                 \

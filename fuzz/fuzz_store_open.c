@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store.h"
-#include "store_fault.h"
+#include "store/store.h"
+#include "store/fault.h"
 
 #define CHECK(cond)                                                          \
 	do {                                                                 \

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "store.h"
+#include "store/store.h"
 
 #define CHECK(cond)                                                          \
 	do {                                                                 \

@@ -54,7 +54,7 @@
 #include <time.h>
 
 #include "kvlink.h"
-#include "store_fault.h"
+#include "store/fault.h"
 
 /* ------------------------------------------------------------- the shape */
 

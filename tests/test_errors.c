@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "kvlink.h"
-#include "store_fault.h"
+#include "store/fault.h"
 
 #define SKIP 1000       /* a check that does not apply to this build */
 #define EXIT_BASE 2000  /* EXIT_BASE + n: the tool exited with status n */

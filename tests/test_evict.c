@@ -18,7 +18,7 @@
 
 #include "kvl_assert.h"
 
-#include "evict.h"
+#include "store/evict.h"
 #include "kvlink.h"
 
 /* ------------------------------------------------------------ helpers */

@@ -25,8 +25,8 @@
 #include "kvl_assert.h"
 
 #include "kvlink.h"
-#include "store.h"
-#include "store_fault.h"
+#include "store/store.h"
+#include "store/fault.h"
 
 /* --------------------------------------------------------------- helpers */
 

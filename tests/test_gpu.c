@@ -22,7 +22,7 @@ int main(void)
 #else
 #include <cuda_runtime.h>
 
-#include "cuda.h"
+#include "gpu/cuda.h"
 
 #define LAYERS 4
 #define PAGES 16

@@ -28,8 +28,8 @@
 #include <cmocka.h>
 
 #include "kvlink.h"
-#include "layout.h"
-#include "object.h"
+#include "core/layout.h"
+#include "core/object.h"
 
 #define ARENA_BYTES (1u << 20)
 

@@ -52,8 +52,8 @@
 #include <unistd.h>
 
 #include "kvlink.h"
-#include "store.h"
-#include "store_fault.h"
+#include "store/store.h"
+#include "store/fault.h"
 
 #define NP 16          /* slots per pool */
 #define N_LAYERS 4

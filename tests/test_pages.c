@@ -31,9 +31,9 @@
 #include <cmocka.h>
 
 #include "kvlink.h"
-#include "layout.h"
-#include "object.h"
-#include "pages.h"
+#include "core/layout.h"
+#include "core/object.h"
+#include "linker/pages.h"
 
 #define NP 8           /* slots per pool */
 #define KV_LAYERS 4

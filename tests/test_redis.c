@@ -49,7 +49,7 @@ int main(void)
 }
 #else
 
-#include "redis_cluster.h"
+#include "store/redis/spec.h"
 
 /* ================================================================ helpers */
 

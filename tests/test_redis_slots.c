@@ -33,7 +33,7 @@ int main(void)
 }
 #else
 
-#include "redis_cluster.h"
+#include "store/redis/spec.h"
 
 static uint16_t slot_of(const char *k)
 {

@@ -28,7 +28,7 @@
 #include "kvl_assert.h"
 
 #include "kvlink.h"
-#include "store.h"
+#include "store/store.h"
 
 /* --------------------------------------------------------------- helpers */
 

@@ -19,8 +19,8 @@
 #include <time.h>
 
 #include "cli.h"
-#include "device.h"
-#include "internal.h"
+#include "gpu/device.h"
+#include "core/internal.h"
 #include "kvlink.h"
 
 typedef struct bench_opts {

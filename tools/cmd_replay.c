@@ -43,10 +43,10 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "evict.h"
-#include "internal.h"
+#include "store/evict.h"
+#include "core/internal.h"
 #include "kvlink.h"
-#include "store.h"
+#include "store/store.h"
 
 #define RP_MAX_POLICIES 8
 #define RP_MAX_SWEEP 64

@@ -27,8 +27,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis_cluster.h"
-#include "redis_conn.h"
+#include "store/redis/spec.h"
+#include "store/redis/conn.h"
 
 #define RC_IN (64u << 10)    /* input buffer */
 #define RC_SINK (16u << 10)  /* where dropped payload bytes go */

@@ -5,8 +5,8 @@
 #ifndef KVL_PAGES_H
 #define KVL_PAGES_H
 
-#include "layout.h"
-#include "object.h"
+#include "core/layout.h"
+#include "core/object.h"
 
 /* The store ranges that read layer `ly` of an object into slot `slot`: one
  * per component, n_comps of them, written to out. */

@@ -7,9 +7,9 @@
 
 #include <stdatomic.h>
 
-#include "layout.h"
-#include "stats.h"
-#include "store.h"
+#include "core/layout.h"
+#include "linker/stats.h"
+#include "store/store.h"
 
 /* One (page, pool) of a request. */
 typedef struct lk_item {

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 
 #include "kvl_config.h"
-#include "store.h"
+#include "store/store.h"
 
 /* ------------------------------------------------------------------ URIs */
 

@@ -2,11 +2,11 @@
  * device.c — GPU memory for the tool and tests (see device.h): the one place
  * that turns "no CUDA in this build" into plain failures.
  */
-#include "device.h"
+#include "gpu/device.h"
 #include "kvl_config.h"
 #include "kvlink.h"
 #if KVL_HAVE_CUDA
-#include "cuda.h"
+#include "gpu/cuda.h"
 #endif
 
 int kvl__dev_usable(void)

@@ -19,7 +19,7 @@
 #ifndef KVL_OBJECT_H
 #define KVL_OBJECT_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 #define KVL__OBJ_VERSION 1u
 

@@ -59,8 +59,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "store.h"
-#include "store_fault.h"
+#include "store/store.h"
+#include "store/fault.h"
 
 #define FAULT_PREFIX "fault+"
 #define FAULT_PREFIX_LEN 6

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "hostmem.h"
+#include "store/hostmem.h"
 #include "kvlink.h"
-#include "device.h"
+#include "gpu/device.h"
 
 #define HOSTMEM_CHUNK (256ull << 20)
 #define HOSTMEM_ALIGN 64u

@@ -17,7 +17,7 @@
  */
 #include <stdlib.h>
 
-#include "evict.h"
+#include "store/evict.h"
 #include "kvlink.h"
 
 #define GHOST_MIN 64 /* first ring and table sizes, powers of two */

@@ -13,8 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "layout.h"
-#include "object.h"
+#include "core/layout.h"
+#include "core/object.h"
 
 #define TAG_CHARS "._+/-"
 #define NAME_CHARS "._-"

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "device.h"
-#include "internal.h"
+#include "gpu/device.h"
+#include "core/internal.h"
 #include "kvl_config.h"
 
 const char *kvl_strerror(int err)

@@ -46,7 +46,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* =========================================================== restorable set */
 

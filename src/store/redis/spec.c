@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "redis_cluster.h"
+#include "store/redis/spec.h"
 
 /* CRC16/XMODEM, one table entry per byte value (the table of the spec). */
 static const uint16_t crc16_tab[256] = {

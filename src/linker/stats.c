@@ -9,8 +9,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "linker.h"
-#include "store.h"
+#include "linker/linker.h"
+#include "store/store.h"
 
 void kvl__hist_add(kvl__hist *h, uint64_t ns)
 {

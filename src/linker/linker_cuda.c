@@ -33,10 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cuda.h"
-#include "linker.h"
-#include "pages.h"
-#include "store.h"
+#include "gpu/cuda.h"
+#include "linker/linker.h"
+#include "linker/pages.h"
+#include "store/store.h"
 
 #define GPU_STAGING (256ull << 20)
 /* The most one half of the load ring holds, unless one item needs more. */

@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 struct redisReply; /* hiredis */
 

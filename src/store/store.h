@@ -10,7 +10,7 @@
 #ifndef KVL_STORE_H
 #define KVL_STORE_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* A parsed URI: "scheme:rest" or "scheme://authority/path?query". The
  * strings point into `buf`, a private copy of the URI. */

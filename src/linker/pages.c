@@ -10,8 +10,8 @@
  */
 #include <stdlib.h>
 
-#include "pages.h"
-#include "store.h"
+#include "linker/pages.h"
+#include "store/store.h"
 
 size_t kvl__layer_ranges(const kvl__pool *p, const kvl__layer *ly, size_t slot,
                          kvl_range *out)

@@ -8,8 +8,8 @@
  * checksums let a reader verify each layer as it arrives, before the whole
  * object is read.
  */
-#include "object.h"
-#include "layout.h"
+#include "core/object.h"
+#include "core/layout.h"
 
 static const uint8_t obj_magic[4] = {'K', 'V', 'L', 'O'};
 

@@ -82,9 +82,9 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "evict.h"
-#include "hostmem.h"
-#include "store.h"
+#include "store/evict.h"
+#include "store/hostmem.h"
+#include "store/store.h"
 
 /* Freed payload bytes kept for reuse (plain memory), at most. */
 #define MEM_KEEP_MAX (64ull << 20)

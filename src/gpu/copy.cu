@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 #include <stdlib.h>
 
-#include "cuda.h"
+#include "gpu/cuda.h"
 
 #define KVL_COPIER_LISTS 8
 /* A copy kernel keeps about 512 KiB of 16-byte loads in flight: enough to

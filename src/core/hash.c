@@ -22,7 +22,7 @@
  */
 #include <openssl/evp.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 /* Bytes staged before each EVP_DigestUpdate: a page of up to 1016 u32
  * tokens (507 u64) after a prior is a single update. */

@@ -7,7 +7,7 @@
 #ifndef KVL_LAYOUT_H
 #define KVL_LAYOUT_H
 
-#include "internal.h"
+#include "core/internal.h"
 
 #define KVL__FP_BYTES 16
 

@@ -24,9 +24,9 @@
 #include <time.h>
 
 #include "kvl_config.h"
-#include "linker.h"
-#include "pages.h"
-#include "store.h"
+#include "linker/linker.h"
+#include "linker/pages.h"
+#include "store/store.h"
 
 #define DEF_MAX_REQUESTS 4096u
 #define DEF_MAX_REQUEST_PAGES (1u << 20)

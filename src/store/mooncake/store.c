@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store.h"
+#include "store/store.h"
 
 /* Mooncake's ErrorCode values that kvlink tells apart (types.h). */
 #define MC_BUFFER_OVERFLOW (-10)

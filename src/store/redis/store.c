@@ -53,9 +53,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis_cluster.h"
-#include "redis_conn.h"
-#include "store.h"
+#include "store/redis/spec.h"
+#include "store/redis/conn.h"
+#include "store/store.h"
 
 #define R_NONE 0xffffu
 #define R_MAX_NODES 1024
