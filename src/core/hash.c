@@ -179,16 +179,15 @@ int kvl_namespace_seed(const char *const *salts, size_t n_salts, kvl_hash *out)
 	return rc;
 }
 
-void kvl_hash_to_hex(const kvl_hash *h, char *hex)
+int kvl_hash_to_hex(const kvl_hash *h, char *hex, size_t len)
 {
-	if (!hex)
-		return;
-	if (!h) {
-		hex[0] = '\0';
-		return;
-	}
+	if (!h || !hex)
+		return KVL_EINVAL;
+	if (len < KVL_HASH_HEX_LEN + 1)
+		return KVL_ERANGE;
 	kvl__hex(h->bytes, KVL_HASH_BYTES, hex);
 	hex[KVL_HASH_HEX_LEN] = '\0';
+	return KVL_OK;
 }
 
 /* The value of hex digit c (either case), or -1. */

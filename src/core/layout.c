@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "core/layout.h"
-#include "core/object.h"
+#include "core/codec.h"
 
 #define TAG_CHARS "._+/-"
 #define NAME_CHARS "._-"
@@ -537,10 +537,20 @@ const kvl__pool *kvl__layout_pool(const kvl_layout *l, int pool, int *code)
 	if (!p)                                         \
 		return rc_
 
+/* KVL_EINVAL for a NULL [out] argument, with the message every handle
+ * gets. */
+static int null_arg(const kvl_layout *l, const char *fn, const char *arg)
+{
+	return kvl__fail((kvl__err *)&l->err, KVL_EINVAL, "%s: %s is NULL", fn,
+	                 arg);
+}
+
 int kvl_layout_pool_count(const kvl_layout *l, int *count_out)
 {
-	if (!l || !count_out)
+	if (!l)
 		return KVL_EINVAL;
+	if (!count_out)
+		return null_arg(l, "pool_count", "count_out");
 	if (!l->finalized)
 		return kvl__fail((kvl__err *)&l->err, KVL_ESTATE,
 		                 "layout is not finalized");
@@ -550,8 +560,10 @@ int kvl_layout_pool_count(const kvl_layout *l, int *count_out)
 
 int kvl_layout_pool_id(const kvl_layout *l, const char *name, int *pool_out)
 {
-	if (!l || !name || !pool_out)
+	if (!l)
 		return KVL_EINVAL;
+	if (!name || !pool_out)
+		return null_arg(l, "pool_id", !name ? "name" : "pool_out");
 	if (!l->finalized)
 		return kvl__fail((kvl__err *)&l->err, KVL_ESTATE,
 		                 "layout is not finalized");
@@ -595,7 +607,7 @@ int kvl_layout_pool_layers(const kvl_layout *l, int pool, uint32_t *layers,
 {
 	GET_POOL(l, pool);
 	if (!n_out || (cap && !layers))
-		return KVL_EINVAL;
+		return null_arg(l, "pool_layers", !n_out ? "n_out" : "layers");
 	*n_out = p->n_layers;
 	if (cap < p->n_layers)
 		return kvl__fail((kvl__err *)&l->err, KVL_ERANGE,
@@ -610,7 +622,7 @@ int kvl_layout_pool_pages(const kvl_layout *l, int pool, size_t *pages_out)
 {
 	GET_POOL(l, pool);
 	if (!pages_out)
-		return KVL_EINVAL;
+		return null_arg(l, "pool_pages", "pages_out");
 	*pages_out = p->num_pages;
 	return 0;
 }
@@ -647,7 +659,7 @@ int kvl_layout_page_pieces(const kvl_layout *l, int pool, size_t slot,
 {
 	GET_POOL(l, pool);
 	if (!n_out || (cap && !pieces))
-		return KVL_EINVAL;
+		return null_arg(l, "page_pieces", !n_out ? "n_out" : "pieces");
 	if (slot >= p->num_pages)
 		return kvl__fail((kvl__err *)&l->err, KVL_ERANGE,
 		                 "pool '%s': slot %zu out of range (%zu slots)",
@@ -675,10 +687,17 @@ int kvl_layout_page_pieces(const kvl_layout *l, int pool, size_t slot,
 	return 0;
 }
 
-int kvl_layout_fingerprint(const kvl_layout *l, int pool, char *hex)
+int kvl_layout_fingerprint(const kvl_layout *l, int pool, char *hex,
+                           size_t len)
 {
-	if (!l || !hex)
+	if (!l)
 		return KVL_EINVAL;
+	if (!hex)
+		return null_arg(l, "fingerprint", "hex");
+	if (len < 2 * KVL__FP_BYTES + 1)
+		return kvl__fail((kvl__err *)&l->err, KVL_ERANGE,
+		                 "fingerprint: len %zu < %d", len,
+		                 2 * KVL__FP_BYTES + 1);
 	const uint8_t *fp = l->fp;
 	if (pool != -1) {
 		GET_POOL(l, pool);

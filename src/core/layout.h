@@ -76,6 +76,12 @@ const kvl__pool *kvl__layout_pool(const kvl_layout *layout, int pool,
 /* Writes the key of `page` for pool `p` into buf (KVL_KEY_MAX bytes). */
 size_t kvl__pool_key(const kvl__pool *p, const kvl_hash *page, char *buf);
 
+/* The address of slot `slot` of buffer `b`. */
+static inline void *kvl__slot_at(const kvl_buffer *b, size_t slot)
+{
+	return (char *)b->base + slot * b->page_stride;
+}
+
 /* Layer `l` of pool `p` (model layer number), or NULL if it has none. */
 static inline const kvl__layer *kvl__pool_layer(const kvl__pool *p, uint32_t l)
 {
