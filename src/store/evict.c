@@ -1,8 +1,9 @@
 /*
- * evict.c — the ghost list of the embedded store's eviction policy: a
- * bounded first-in, first-out memory of 64-bit key hashes (see evict.h).
+ * evict.c — the embedded store's eviction policies (lru, slru; evict.h)
+ * and the ghost list of slru: a bounded first-in, first-out memory of
+ * 64-bit key hashes.
  *
- * Design: a ring holds the hashes in the order they were added, at
+ * Ghost design: a ring holds the hashes in the order they were added, at
  * positions head..tail-1 (position p lives in ring[p & (ring_cap - 1)]);
  * an open-addressing table (linear probing, backward-shift deletion, no
  * tombstones) maps each remembered hash to the position of its newest ring
@@ -16,9 +17,10 @@
  * Not thread-safe (the caller's lock guards it).
  */
 #include <stdlib.h>
+#include <string.h>
 
-#include "store/evict.h"
 #include "kvlink.h"
+#include "store/evict.h"
 
 #define GHOST_MIN 64 /* first ring and table sizes, powers of two */
 
@@ -159,4 +161,195 @@ void kvl__ghost_free(kvl__ghost *g)
 	free(g->ring);
 	free(g->slots);
 	*g = (kvl__ghost)KVL__GHOST_INIT;
+}
+
+/* -------------------------------------------------------------- policies */
+
+/* A policy: where stored and touched objects go on the lists, and which
+ * object goes next. */
+struct kvl__evict_policy {
+	const char *name;
+	void (*link)(kvl__evict *ev, kvl__evict_node *n);  /* stored */
+	void (*touch)(kvl__evict *ev, kvl__evict_node *n); /* a hit */
+	void (*unlink)(kvl__evict *ev, kvl__evict_node *n, int evicted,
+	               uint64_t held);
+	kvl__evict_node *(*victim)(const kvl__evict *ev);  /* next to go */
+};
+
+static void list_remove(kvl__evict *ev, kvl__evict_node *n)
+{
+	if (n->newer)
+		n->newer->older = n->older;
+	else
+		ev->list[n->seg].head = n->older;
+	if (n->older)
+		n->older->newer = n->newer;
+	else
+		ev->list[n->seg].tail = n->newer;
+}
+
+static void list_push(kvl__evict *ev, kvl__evict_node *n, uint8_t seg)
+{
+	n->seg = seg;
+	n->newer = NULL;
+	n->older = ev->list[seg].head;
+	if (ev->list[seg].head)
+		ev->list[seg].head->newer = n;
+	else
+		ev->list[seg].tail = n;
+	ev->list[seg].head = n;
+}
+
+/* lru: one list. */
+static void lru_link(kvl__evict *ev, kvl__evict_node *n)
+{
+	list_push(ev, n, 0);
+}
+
+static void lru_touch(kvl__evict *ev, kvl__evict_node *n)
+{
+	if (ev->list[0].head != n) {
+		list_remove(ev, n);
+		list_push(ev, n, 0);
+	}
+}
+
+static void lru_unlink(kvl__evict *ev, kvl__evict_node *n, int evicted,
+                       uint64_t held)
+{
+	(void)evicted;
+	(void)held;
+	list_remove(ev, n);
+}
+
+static kvl__evict_node *lru_victim(const kvl__evict *ev)
+{
+	return ev->list[0].tail;
+}
+
+/* slru: list 0 is probation, list 1 protected. */
+enum { SLRU_PROBATION = 0, SLRU_PROTECTED = 1 };
+
+/* The limit x - x/10 (90 %) of the protected list, for bytes and count. */
+static inline uint64_t slru_share(uint64_t x)
+{
+	return x - x / 10;
+}
+
+/* Puts n at the protected head, then demotes protected tails to the
+ * probation head while the protected list is over its share. */
+static void slru_protect(kvl__evict *ev, kvl__evict_node *n)
+{
+	list_push(ev, n, SLRU_PROTECTED);
+	ev->prot_bytes += ev->cost(n);
+	ev->prot_count++;
+	uint64_t max_bytes = slru_share(ev->capacity);
+	uint64_t max_count = ev->max_objects ? slru_share(ev->max_objects)
+	                                     : UINT64_MAX;
+	while (ev->prot_bytes > max_bytes || ev->prot_count > max_count) {
+		kvl__evict_node *d = ev->list[SLRU_PROTECTED].tail;
+		list_remove(ev, d);
+		ev->prot_bytes -= ev->cost(d);
+		ev->prot_count--;
+		list_push(ev, d, SLRU_PROBATION);
+	}
+}
+
+static void slru_link(kvl__evict *ev, kvl__evict_node *n)
+{
+	if (kvl__ghost_take(&ev->ghost, n->hash))
+		slru_protect(ev, n);
+	else
+		list_push(ev, n, SLRU_PROBATION);
+}
+
+static void slru_touch(kvl__evict *ev, kvl__evict_node *n)
+{
+	if (n->seg == SLRU_PROTECTED) {
+		if (ev->list[SLRU_PROTECTED].head != n) {
+			list_remove(ev, n);
+			list_push(ev, n, SLRU_PROTECTED);
+		}
+		return;
+	}
+	list_remove(ev, n);
+	slru_protect(ev, n);
+}
+
+static void slru_unlink(kvl__evict *ev, kvl__evict_node *n, int evicted,
+                        uint64_t held)
+{
+	list_remove(ev, n);
+	if (n->seg == SLRU_PROTECTED) {
+		ev->prot_bytes -= ev->cost(n);
+		ev->prot_count--;
+	} else if (evicted) {
+		/* Out of memory here only makes the ghost forget this key. */
+		uint64_t base = ev->max_objects ? ev->max_objects : held;
+		size_t limit = base > SIZE_MAX / 2 ? SIZE_MAX : (size_t)base * 2;
+		(void)kvl__ghost_add(&ev->ghost, n->hash, limit);
+	}
+}
+
+static kvl__evict_node *slru_victim(const kvl__evict *ev)
+{
+	return ev->list[SLRU_PROBATION].tail ? ev->list[SLRU_PROBATION].tail
+	                                     : ev->list[SLRU_PROTECTED].tail;
+}
+
+/* The default first. */
+static const struct kvl__evict_policy policies[] = {
+	{"slru", slru_link, slru_touch, slru_unlink, slru_victim},
+	{"lru", lru_link, lru_touch, lru_unlink, lru_victim},
+};
+#define N_POLICIES (sizeof policies / sizeof policies[0])
+
+const char *kvl_mem_policy_name(size_t i)
+{
+	return i < N_POLICIES ? policies[i].name : NULL;
+}
+
+int kvl__evict_policy(const char *name)
+{
+	for (size_t i = 0; i < N_POLICIES; i++)
+		if (!strcmp(name, policies[i].name))
+			return (int)i;
+	return -1;
+}
+
+void kvl__evict_init(kvl__evict *ev, size_t policy, uint64_t capacity,
+                     uint64_t max_objects,
+                     uint64_t (*cost)(const kvl__evict_node *n))
+{
+	*ev = (kvl__evict){.policy = &policies[policy < N_POLICIES ? policy : 0],
+	                   .capacity = capacity,
+	                   .max_objects = max_objects,
+	                   .cost = cost,
+	                   .ghost = KVL__GHOST_INIT};
+}
+
+void kvl__evict_free(kvl__evict *ev)
+{
+	kvl__ghost_free(&ev->ghost);
+}
+
+void kvl__evict_link(kvl__evict *ev, kvl__evict_node *n)
+{
+	ev->policy->link(ev, n);
+}
+
+void kvl__evict_touch(kvl__evict *ev, kvl__evict_node *n)
+{
+	ev->policy->touch(ev, n);
+}
+
+void kvl__evict_unlink(kvl__evict *ev, kvl__evict_node *n, int evicted,
+                       uint64_t held)
+{
+	ev->policy->unlink(ev, n, evicted, held);
+}
+
+kvl__evict_node *kvl__evict_victim(const kvl__evict *ev)
+{
+	return ev->policy->victim(ev);
 }

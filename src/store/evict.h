@@ -1,7 +1,26 @@
 /*
- * evict.h — the memory of recently evicted keys (a "ghost" list) that the
- * embedded store's segmented-LRU eviction policy consults, and the names of
- * the store's policies (internal).
+ * evict.h — the embedded store's eviction policies (internal): which
+ * object goes next when room is needed, and the memory of recently evicted
+ * keys (a "ghost" list) that the segmented-LRU policy consults.
+ *
+ * Policies keep the store's objects on one or two doubly linked lists of
+ * kvl__evict_node, most recent first:
+ *
+ *  - lru: exact LRU on one list.
+ *  - slru (the default): segmented LRU for prefix caches. A new object goes
+ *    to the head of the probation list; a hit there promotes it to the head
+ *    of the protected list (a hit on protected moves it to its head). The
+ *    protected list holds at most 90 % of the capacity (bytes, and objects
+ *    under max_objects); beyond that its tail is demoted to the probation
+ *    head. Eviction takes the probation tail, or the protected tail when
+ *    probation is empty. The hashes of keys evicted from probation are
+ *    remembered in a ghost list of at most 2 x max_objects entries (2 x the
+ *    objects held when there is no max_objects); a key stored again while
+ *    remembered goes straight to protected. Why: in prefix-cache traffic
+ *    most pages are never read again (a request's own tail), while a page
+ *    read once (a shared document, a conversation) is likely read many
+ *    more times, often long after it was first stored; LRU lets the first
+ *    kind flush the second.
  *
  * A kvl__ghost remembers the 64-bit hashes of the keys it is given, in
  * first-in, first-out order, and forgets the oldest beyond a limit the
@@ -51,9 +70,49 @@ int kvl__ghost_take(kvl__ghost *g, uint64_t hash);
 /* Frees everything; the ghost is then empty and may be used again. */
 void kvl__ghost_free(kvl__ghost *g);
 
-/* The name of the embedded store's eviction policy number i (0 is the
- * default; see store_mem.c), or NULL past the last. For tools that list
- * or sweep the policies. Thread-safe. */
-const char *kvl__mem_policy_name(size_t i);
+/* An object as the policies see it; the store embeds it in its records. */
+typedef struct kvl__evict_node {
+	struct kvl__evict_node *newer, *older; /* NULL at the ends */
+	uint64_t hash; /* of the key */
+	uint8_t seg;   /* the list it is on */
+} kvl__evict_node;
+
+struct kvl__evict_policy;
+
+/* A policy's state over the store's objects. Not thread-safe: the store's
+ * lock guards it. */
+typedef struct kvl__evict {
+	const struct kvl__evict_policy *policy;
+	struct {
+		kvl__evict_node *head, *tail; /* most, least recent */
+	} list[2];
+	uint64_t capacity;    /* bytes the store holds at most */
+	uint64_t max_objects; /* objects it holds at most (0: no limit) */
+	/* The accounted bytes of a node's object. */
+	uint64_t (*cost)(const kvl__evict_node *n);
+	/* slru: the cost and number of objects on the protected list; the
+	 * probation list is every other object. */
+	uint64_t prot_bytes, prot_count;
+	kvl__ghost ghost;                /* slru: keys evicted from probation */
+} kvl__evict;
+
+/* Starts policy number `policy` (kvl_mem_policy_name) with empty lists. */
+void kvl__evict_init(kvl__evict *ev, size_t policy, uint64_t capacity,
+                     uint64_t max_objects,
+                     uint64_t (*cost)(const kvl__evict_node *n));
+void kvl__evict_free(kvl__evict *ev);
+
+/* The number of the policy called `name`, or -1. */
+int kvl__evict_policy(const char *name);
+
+/* n was stored; n was found (a hit); n leaves its list (`evicted`: to make
+ * room, else removed) while `held` objects are held, n among them. */
+void kvl__evict_link(kvl__evict *ev, kvl__evict_node *n);
+void kvl__evict_touch(kvl__evict *ev, kvl__evict_node *n);
+void kvl__evict_unlink(kvl__evict *ev, kvl__evict_node *n, int evicted,
+                       uint64_t held);
+
+/* The object to evict next, or NULL when none is held. */
+kvl__evict_node *kvl__evict_victim(const kvl__evict *ev);
 
 #endif /* KVL_EVICT_H */

@@ -26,7 +26,7 @@
  *                        whole with KVL_EIO; 0 (default): none
  *   fault.fail_put_call=K  the same for puts
  *   fault.whole_reads=0|1  say that reads move whole objects, as Mooncake's
- *                        do (store->whole_reads), so the linker reads all
+ *                        do (caps.whole_reads), so the linker reads all
  *                        of a page's layers at once; inherited from the
  *                        inner store
  * Unknown fault.* options are KVL_EPARSE. The store is never trusted
@@ -59,7 +59,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "store/store.h"
+#include "store/backend.h"
 #include "store/fault.h"
 
 #define FAULT_PREFIX "fault+"
@@ -111,39 +111,16 @@ static int fault_hit(uint64_t x, double p)
 
 /* --------------------------------------------------------------- a call */
 
-enum fault_op { OP_EXISTS, OP_GET, OP_PUT, OP_REMOVE };
-
-/* One call as the generic code sees it (like store.c's store_call): `items`
- * is the ranges (get) or pieces (put), `counts` their per-key numbers; both
- * NULL for exists and remove. */
+/* One call as the fault store sees it: the batch, the configuration read
+ * at its start and its first draw number. */
 struct fault_call {
 	kvl_store *store;
 	struct fault_store *f;
-	enum fault_op op;
-	const char *fn;
-	const char *const *keys;
-	const char *items;
-	size_t item_size;
-	const size_t *counts;
-	void *results; /* int, or int64_t for get */
+	const kvl__batch *b;
 	kvl__fault_cfg cfg;
-	uint64_t base; /* the call's first draw number */
+	uint64_t base;   /* the call's first draw number */
+	uint64_t errors; /* keys failed by an injected error */
 };
-
-static void call_set(const struct fault_call *c, size_t i, int v)
-{
-	if (c->op == OP_GET)
-		((int64_t *)c->results)[i] = v;
-	else
-		((int *)c->results)[i] = v;
-}
-
-static int64_t call_result(const struct fault_call *c, size_t i)
-{
-	if (c->op == OP_GET)
-		return ((int64_t *)c->results)[i];
-	return ((int *)c->results)[i];
-}
 
 /* The draw `what` of key i of this call. */
 static uint64_t call_draw(const struct fault_call *c, size_t i, unsigned what)
@@ -158,11 +135,6 @@ static int call_hits(const struct fault_call *c, size_t i, unsigned what,
 	return p > 0.0 && fault_hit(call_draw(c, i, what), p);
 }
 
-static size_t call_count(const struct fault_call *c, size_t i)
-{
-	return c->counts ? c->counts[i] : 0;
-}
-
 static void fault_sleep_ms(uint32_t ms)
 {
 	struct timespec ts = { .tv_sec = ms / 1000,
@@ -173,11 +145,11 @@ static void fault_sleep_ms(uint32_t ms)
 
 /* Every key's result and the return value: `code`, for a call that fails
  * whole. The message is already in the handle. */
-static int call_fail_whole(const struct fault_call *c, size_t n, int code)
+static int call_fail_whole(const struct fault_call *c, int code)
 {
-	for (size_t i = 0; i < n; i++)
-		call_set(c, i, code);
-	atomic_fetch_add(&c->f->n_errors, n);
+	for (size_t i = 0; i < c->b->n; i++)
+		c->b->results[i] = code;
+	atomic_fetch_add(&c->f->n_errors, c->b->n);
 	return code;
 }
 
@@ -187,40 +159,14 @@ static void call_pass_msg(const struct fault_call *c, int code)
 	kvl__fail(&c->store->err, code, "%s", kvl_store_errmsg(c->f->inner));
 }
 
-/* Runs the inner store on keys [i, j), whose first item is items[at]. */
-static int call_inner(const struct fault_call *c, size_t i, size_t j,
-                      size_t at)
-{
-	kvl_store *in = c->f->inner;
-	const char *const *keys = c->keys + i;
-	const char *items = c->items ? c->items + at * c->item_size : NULL;
-	const size_t *counts = c->counts ? c->counts + i : NULL;
-
-	switch (c->op) {
-	case OP_EXISTS:
-		return kvl_store_exists(in, keys, j - i, (int *)c->results + i);
-	case OP_GET:
-		return kvl_store_get(in, keys, j - i,
-		                     (const kvl_range *)(const void *)items,
-		                     counts, (int64_t *)c->results + i);
-	case OP_PUT:
-		return kvl_store_put(in, keys, j - i,
-		                     (const kvl_iov *)(const void *)items,
-		                     counts, (int *)c->results + i);
-	case OP_REMOVE:
-		return kvl_store_remove(in, keys, j - i, (int *)c->results + i);
-	}
-	return KVL_EINVAL;
-}
-
 /* Removes from the inner store every key drawn for eviction, in runs of
  * consecutive keys (at most FAULT_EVICT_CHUNK per call). Best effort: a
  * failed remove leaves the key where it was. */
-static void call_evict(const struct fault_call *c, size_t n)
+static void call_evict(const struct fault_call *c)
 {
 	int removed[FAULT_EVICT_CHUNK];
 	uint64_t evicted = 0;
-	size_t i = 0;
+	size_t i = 0, n = c->b->n;
 
 	while (i < n) {
 		if (!call_hits(c, i, DRAW_EVICT, c->cfg.evict)) {
@@ -231,7 +177,7 @@ static void call_evict(const struct fault_call *c, size_t n)
 		while (j < n && j - i < FAULT_EVICT_CHUNK &&
 		       call_hits(c, j, DRAW_EVICT, c->cfg.evict))
 			j++;
-		if (kvl_store_remove(c->f->inner, c->keys + i, j - i,
+		if (kvl_store_remove(c->f->inner, c->b->keys + i, j - i,
 		                     removed) == 0)
 			for (size_t k = 0; k < j - i; k++)
 				evicted += removed[k] == 1;
@@ -241,17 +187,21 @@ static void call_evict(const struct fault_call *c, size_t n)
 		atomic_fetch_add(&c->f->n_evictions, evicted);
 }
 
-/* Flips one bit of the bytes that key i (whose ranges start at items[at])
- * just read. */
+/* Flips one bit of the bytes that key i (whose ranges start at the
+ * batch's range `at`) just read. */
 static void call_corrupt_key(const struct fault_call *c, size_t i, size_t at)
 {
-	const kvl_range *r = (const kvl_range *)(const void *)c->items + at;
-	uint64_t total = (uint64_t)call_result(c, i);
+	const kvl_range *r = c->b->ranges + at;
+	uint64_t total = 0;
+	for (size_t j = 0; j < c->b->counts[i]; j++)
+		total += r[j].len;
+	if (total == 0)
+		return;
 	uint64_t x = call_draw(c, i, DRAW_BIT);
 	uint64_t byte = (x >> 3) % total;
 	unsigned bit = (unsigned)(x & 7);
 
-	for (size_t j = 0; j < c->counts[i]; j++) {
+	for (size_t j = 0; j < c->b->counts[i]; j++) {
 		if (byte < r[j].len) {
 			unsigned char *p = r[j].addr;
 			p[byte] ^= (unsigned char)(1u << bit);
@@ -265,16 +215,16 @@ static void call_corrupt_key(const struct fault_call *c, size_t i, size_t at)
 /* Reads the configuration, sleeps, and fails the call whole when the store
  * is down or when `number` (the get or put call's number; 0 for exists and
  * remove) is the one configured to fail. 0: go on. */
-static int call_begin(struct fault_call *c, size_t n, uint64_t number)
+static int call_begin(struct fault_call *c, uint64_t number)
 {
-	int is_put = c->op == OP_PUT;
+	int is_put = c->b->op == KVL__OP_PUT;
 	struct fault_store *f = c->f;
 
 	pthread_mutex_lock(&f->mu);
 	c->cfg = f->cfg;
 	pthread_mutex_unlock(&f->mu);
 	c->base = atomic_fetch_add(&f->next_draw,
-	                           1 + (uint64_t)n * DRAWS_PER_KEY);
+	                           1 + (uint64_t)c->b->n * DRAWS_PER_KEY);
 
 	if (c->cfg.latency_ms && c->cfg.latency_p > 0.0 &&
 	    fault_hit(fault_mix(f->seed, c->base), c->cfg.latency_p)) {
@@ -283,77 +233,74 @@ static int call_begin(struct fault_call *c, size_t n, uint64_t number)
 	}
 	if (c->cfg.down) {
 		kvl__fail(&c->store->err, KVL_EIO,
-		          "%s: store is down (fault.down=1)", c->fn);
-		return call_fail_whole(c, n, KVL_EIO);
+		          "%s: store is down (fault.down=1)", c->b->fn);
+		return call_fail_whole(c, KVL_EIO);
 	}
 	uint64_t fail_at = is_put ? c->cfg.fail_put_call :
-	                   c->op == OP_GET ? c->cfg.fail_get_call : 0;
+	                   c->b->op == KVL__OP_GET ? c->cfg.fail_get_call : 0;
 	if (fail_at && number == fail_at) {
 		kvl__fail(&c->store->err, KVL_EIO,
 		          "%s: injected failure of %s call %llu "
 		          "(fault.fail_%s_call)",
-		          c->fn, is_put ? "put" : "get",
+		          c->b->fn, is_put ? "put" : "get",
 		          (unsigned long long)number, is_put ? "put" : "get");
-		return call_fail_whole(c, n, KVL_EIO);
+		return call_fail_whole(c, KVL_EIO);
 	}
+	return 0;
+}
+
+/* A key drawn for an injected error: KVL_EIO, never sent on. */
+static int call_skip(void *ctx, const kvl__batch *b, size_t i)
+{
+	struct fault_call *c = ctx;
+	if (!call_hits(c, i, DRAW_ERROR, c->cfg.error))
+		return 0;
+	if (c->errors++ == 0)
+		kvl__fail(&c->store->err, KVL_EIO,
+		          "%s: key \"%s\": injected I/O error (fault.error=%g)",
+		          b->fn, b->keys[i], c->cfg.error);
+	b->results[i] = KVL_EIO;
+	return 1;
+}
+
+/* A run of keys to the inner store, its message passed on when it failed
+ * whole or a key of it failed (absence is no failure). */
+static int call_inner(void *ctx, const kvl__batch *run)
+{
+	struct fault_call *c = ctx;
+	int rc = kvl__store_call(c->f->inner, run);
+	if (rc < 0) {
+		call_pass_msg(c, rc);
+		return rc;
+	}
+	for (size_t k = 0; k < run->n; k++)
+		if (run->results[k] < 0 && run->results[k] != KVL_ENOTFOUND) {
+			call_pass_msg(c, run->results[k]);
+			break;
+		}
 	return 0;
 }
 
 /* Everything after call_begin: evictions, per-key errors, the inner store
  * in runs, corruptions. Returns 0 or the code of a whole failure. */
-static int call_run(struct fault_call *c, size_t n)
+static int call_run(struct fault_call *c)
 {
-	uint64_t errors = 0;
-	size_t i = 0, at = 0;
-
-	if (c->cfg.evict > 0.0 && (c->op == OP_EXISTS || c->op == OP_GET))
-		call_evict(c, n);
-
-	while (i < n) {
-		if (call_hits(c, i, DRAW_ERROR, c->cfg.error)) {
-			if (errors++ == 0)
-				kvl__fail(&c->store->err, KVL_EIO,
-				          "%s: key \"%s\": injected I/O error "
-				          "(fault.error=%g)",
-				          c->fn, c->keys[i], c->cfg.error);
-			call_set(c, i, KVL_EIO);
-			at += call_count(c, i);
-			i++;
-			continue;
-		}
-		size_t j = i, run_at = at;
-		while (j < n && !call_hits(c, j, DRAW_ERROR, c->cfg.error)) {
-			at += call_count(c, j);
-			j++;
-		}
-		int rc = call_inner(c, i, j, run_at);
-		if (rc < 0) {
-			call_pass_msg(c, rc);
-			for (size_t k = i; k < j; k++)
-				call_set(c, k, rc);
-			if (i == 0 && j == n)
-				return rc;
-		} else {
-			for (size_t k = i; k < j; k++) {
-				int64_t r = call_result(c, k);
-				if (r < 0 && r != KVL_ENOTFOUND) {
-					call_pass_msg(c, (int)r);
-					break;
-				}
-			}
-		}
-		i = j;
-	}
-	if (errors)
-		atomic_fetch_add(&c->f->n_errors, errors);
-
-	if (c->op == OP_GET && c->cfg.corrupt > 0.0) {
-		at = 0;
-		for (i = 0; i < n; i++) {
-			if (call_result(c, i) > 0 &&
+	const kvl__batch *b = c->b;
+	if (c->cfg.evict > 0.0 &&
+	    (b->op == KVL__OP_EXISTS || b->op == KVL__OP_GET))
+		call_evict(c);
+	int rc = kvl__batch_runs(b, call_skip, call_inner, c);
+	if (c->errors)
+		atomic_fetch_add(&c->f->n_errors, c->errors);
+	if (rc < 0)
+		return rc;
+	if (b->op == KVL__OP_GET && c->cfg.corrupt > 0.0) {
+		size_t at = 0;
+		for (size_t i = 0; i < b->n; i++) {
+			if (b->results[i] == 0 &&
 			    call_hits(c, i, DRAW_CORRUPT, c->cfg.corrupt))
 				call_corrupt_key(c, i, at);
-			at += c->counts[i];
+			at += b->counts[i];
 		}
 	}
 	return 0;
@@ -361,58 +308,36 @@ static int call_run(struct fault_call *c, size_t n)
 
 /* ------------------------------------------------------------ operations */
 
-static int fault_exists(kvl_store *store, void *impl, const char *const *keys,
-                        size_t n, int *results)
+/* One call of any operation; `number` counts get or put calls (0 for the
+ * others). */
+static int fault_call(kvl_store *store, struct fault_store *f,
+                      const kvl__batch *b, uint64_t number)
 {
-	struct fault_call c = {
-		.store = store, .f = impl, .op = OP_EXISTS,
-		.fn = "kvl_store_exists", .keys = keys, .results = results,
-	};
-	int rc = call_begin(&c, n, 0);
-	return rc < 0 ? rc : call_run(&c, n);
+	struct fault_call c = {.store = store, .f = f, .b = b};
+	int rc = call_begin(&c, number);
+	return rc < 0 ? rc : call_run(&c);
 }
 
-static int fault_get(kvl_store *store, void *impl, const char *const *keys,
-                     size_t n, const kvl_range *ranges,
-                     const size_t *n_ranges, int64_t *results)
+static int fault_exists(kvl_store *store, void *impl, const kvl__batch *b)
+{
+	return fault_call(store, impl, b, 0);
+}
+
+static int fault_get(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct fault_store *f = impl;
-	struct fault_call c = {
-		.store = store, .f = f, .op = OP_GET, .fn = "kvl_store_get",
-		.keys = keys, .items = (const char *)ranges,
-		.item_size = sizeof *ranges, .counts = n_ranges,
-		.results = results,
-	};
-	uint64_t number = atomic_fetch_add(&f->get_calls, 1) + 1;
-	int rc = call_begin(&c, n, number);
-	return rc < 0 ? rc : call_run(&c, n);
+	return fault_call(store, f, b, atomic_fetch_add(&f->get_calls, 1) + 1);
 }
 
-static int fault_put(kvl_store *store, void *impl, const char *const *keys,
-                     size_t n, const kvl_iov *pieces, const size_t *n_pieces,
-                     int *results)
+static int fault_put(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct fault_store *f = impl;
-	struct fault_call c = {
-		.store = store, .f = f, .op = OP_PUT, .fn = "kvl_store_put",
-		.keys = keys, .items = (const char *)pieces,
-		.item_size = sizeof *pieces, .counts = n_pieces,
-		.results = results,
-	};
-	uint64_t number = atomic_fetch_add(&f->put_calls, 1) + 1;
-	int rc = call_begin(&c, n, number);
-	return rc < 0 ? rc : call_run(&c, n);
+	return fault_call(store, f, b, atomic_fetch_add(&f->put_calls, 1) + 1);
 }
 
-static int fault_remove(kvl_store *store, void *impl, const char *const *keys,
-                        size_t n, int *results)
+static int fault_remove(kvl_store *store, void *impl, const kvl__batch *b)
 {
-	struct fault_call c = {
-		.store = store, .f = impl, .op = OP_REMOVE,
-		.fn = "kvl_store_remove", .keys = keys, .results = results,
-	};
-	int rc = call_begin(&c, n, 0);
-	return rc < 0 ? rc : call_run(&c, n);
+	return fault_call(store, impl, b, 0);
 }
 
 /* Passed on to the inner store; fails while the store is down. */
@@ -525,8 +450,7 @@ static char *fault_inner_uri(kvl__uri *uri)
 	const char *scheme = uri->scheme + FAULT_PREFIX_LEN;
 	/* The parser leaves "//" in place after "scheme:" when the URI had
 	 * an authority (even an empty one). */
-	const char *rest = uri->buf + strlen(uri->scheme) + 1;
-	int has_auth = rest[0] == '/' && rest[1] == '/';
+	int has_auth = uri->has_authority;
 	size_t len = strlen(scheme) + 4 + strlen(uri->authority) +
 	             strlen(uri->path) + 2;
 
@@ -552,7 +476,7 @@ static char *fault_inner_uri(kvl__uri *uri)
 }
 
 static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
-                      char *errbuf, size_t errlen)
+                      kvl__store_caps *caps, char *errbuf, size_t errlen)
 {
 	kvl__fault_cfg cfg = { .latency_p = 1.0 };
 	uint64_t seed = 1;
@@ -596,13 +520,14 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	atomic_init(&f->n_corruptions, 0);
 	atomic_init(&f->n_evictions, 0);
 	atomic_init(&f->n_delays, 0);
-	store->trusted = 0; /* whatever the inner store says */
-	store->whole_reads = whole || inner->whole_reads;
+	(void)store;
+	caps->trusted = 0; /* whatever the inner store says */
+	caps->whole_reads = whole || kvl__store_caps_of(inner).whole_reads;
 	*impl = f;
 	return 0;
 }
 
-const kvl_store_ops kvl__store_fault_ops = {
+const kvl__store_ops kvl__store_fault_ops = {
 	.scheme = FAULT_PREFIX,
 	.open = fault_open,
 	.close = fault_close,

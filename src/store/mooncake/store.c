@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/store.h"
+#include "store/backend.h"
 
 /* Mooncake's ErrorCode values that kvlink tells apart (types.h). */
 #define MC_BUFFER_OVERFLOW (-10)
@@ -192,10 +192,12 @@ static int absent(int64_t code)
 
 /* ---------------------------------------------------------------- exists */
 
-static int mc_exists(kvl_store *store, void *impl, const char *const *keys,
-                     size_t n, int *results)
+static int mc_exists(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct mstore *m = impl;
+	const char *const *keys = b->keys;
+	size_t n = b->n;
+	int *results = b->results;
 	for (size_t i = 0; i < n; i += MC_GROUP) {
 		size_t g = n - i < MC_GROUP ? n - i : MC_GROUP;
 		if (m->api.batch_is_exist(m->client, (const char **)keys + i, g,
@@ -247,11 +249,10 @@ static uint64_t ranges_end(const kvl_range *r, size_t n)
 }
 
 /* Copies key k's ranges out of the object at obj of `len` bytes (unless
- * it was read in place); the bytes read, or KVL_ERANGE. */
-static int64_t scatter(kvl_store *store, const char *key, const uint8_t *obj,
-                       int64_t len, const kvl_range *r, size_t n)
+ * it was read in place); 0, or KVL_ERANGE. */
+static int scatter(kvl_store *store, const char *key, const uint8_t *obj,
+                   int64_t len, const kvl_range *r, size_t n)
 {
-	int64_t total = 0;
 	for (size_t i = 0; i < n; i++)
 		if (r[i].offset > (uint64_t)len ||
 		    r[i].len > (uint64_t)len - r[i].offset)
@@ -261,12 +262,10 @@ static int64_t scatter(kvl_store *store, const char *key, const uint8_t *obj,
 			                 key, (unsigned long long)r[i].offset,
 			                 (unsigned long long)r[i].len,
 			                 (long long)len);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		if ((const uint8_t *)r[i].addr != obj + r[i].offset)
 			memcpy(r[i].addr, obj + r[i].offset, r[i].len);
-		total += (int64_t)r[i].len;
-	}
-	return total;
+	return 0;
 }
 
 /* Reads one key alone, its size asked first: into the caller's memory
@@ -274,7 +273,7 @@ static int64_t scatter(kvl_store *store, const char *key, const uint8_t *obj,
  * staging at `stage` (room: `room` bytes) and copied out. For keys whose
  * object is larger than their ranges, and for reads whose lease ran out
  * in a larger call. */
-static int64_t get_alone(kvl_store *store, struct mstore *m, const char *key,
+static int get_alone(kvl_store *store, struct mstore *m, const char *key,
                          uint8_t *stage, size_t room, const kvl_range *r,
                          size_t n)
 {
@@ -305,11 +304,14 @@ static int64_t get_alone(kvl_store *store, struct mstore *m, const char *key,
 	return scatter(store, key, buf, got, r, n);
 }
 
-static int mc_get(kvl_store *store, void *impl, const char *const *keys,
-                  size_t n, const kvl_range *ranges, const size_t *n_ranges,
-                  int64_t *results)
+static int mc_get(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct mstore *m = impl;
+	const char *const *keys = b->keys;
+	size_t n = b->n;
+	const kvl_range *ranges = b->ranges;
+	const size_t *n_ranges = b->counts;
+	int *results = b->results;
 	const char *kp[MC_GROUP];
 	void *bp[MC_GROUP];
 	size_t sz[MC_GROUP], idx[MC_GROUP];
@@ -501,11 +503,14 @@ static int put_group(kvl_store *store, struct mstore *m, uint8_t *base,
 	return 0;
 }
 
-static int mc_put(kvl_store *store, void *impl, const char *const *keys,
-                  size_t n, const kvl_iov *pieces, const size_t *n_pieces,
-                  int *results)
+static int mc_put(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct mstore *m = impl;
+	const char *const *keys = b->keys;
+	size_t n = b->n;
+	const kvl_iov *pieces = b->pieces;
+	const size_t *n_pieces = b->counts;
+	int *results = b->results;
 	unsigned h = half_take(m);
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i += MC_GROUP) {
@@ -524,10 +529,12 @@ static int mc_put(kvl_store *store, void *impl, const char *const *keys,
 
 /* ---------------------------------------------------------------- remove */
 
-static int mc_remove(kvl_store *store, void *impl, const char *const *keys,
-                     size_t n, int *results)
+static int mc_remove(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct mstore *m = impl;
+	const char *const *keys = b->keys;
+	size_t n = b->n;
+	int *results = b->results;
 	for (size_t i = 0; i < n; i++) {
 		/* Not forced: a reader's lease keeps the object's memory from
 		 * reuse under its transfer, so wait for the lease to end
@@ -695,7 +702,7 @@ static int probe_master(const char *master, uint64_t ms, char *why,
 }
 
 static int mc_open(kvl_store *store, kvl__uri *uri, void **impl,
-                   char *errbuf, size_t errlen)
+                   kvl__store_caps *caps, char *errbuf, size_t errlen)
 {
 	const char *local = "127.0.0.1", *metadata = "P2PHANDSHAKE";
 	const char *protocol = "tcp", *device = "";
@@ -792,8 +799,8 @@ static int mc_open(kvl_store *store, kvl__uri *uri, void **impl,
 		              2 * m->half, r);
 		goto fail;
 	}
-	store->trusted = 0;
-	store->whole_reads = 1;
+	(void)store;
+	caps->whole_reads = 1; /* never trusted: kvlink verifies reads */
 	*impl = m;
 	return 0;
 fail:
@@ -801,7 +808,7 @@ fail:
 	return rc;
 }
 
-const kvl_store_ops kvl__store_mooncake_ops = {
+const kvl__store_ops kvl__store_mooncake_ops = {
 	.scheme = "mooncake",
 	.open = mc_open,
 	.close = mc_close,

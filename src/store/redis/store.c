@@ -55,7 +55,7 @@
 
 #include "store/redis/spec.h"
 #include "store/redis/conn.h"
-#include "store/store.h"
+#include "store/backend.h"
 
 #define R_NONE 0xffffu
 #define R_MAX_NODES 1024
@@ -1017,18 +1017,16 @@ static int redis_simple(kvl_store *store, void *impl, const char *const *keys,
 	return 0;
 }
 
-static int redis_exists(kvl_store *store, void *impl, const char *const *keys,
-                        size_t n, int *results)
+static int redis_exists(kvl_store *store, void *impl, const kvl__batch *b)
 {
-	return redis_simple(store, impl, keys, n, results, CALL_EXISTS,
-	                    "kvl_store_exists");
+	return redis_simple(store, impl, b->keys, b->n, b->results,
+	                    CALL_EXISTS, b->fn);
 }
 
-static int redis_remove(kvl_store *store, void *impl, const char *const *keys,
-                        size_t n, int *results)
+static int redis_remove(kvl_store *store, void *impl, const kvl__batch *b)
 {
-	return redis_simple(store, impl, keys, n, results, CALL_REMOVE,
-	                    "kvl_store_remove");
+	return redis_simple(store, impl, b->keys, b->n, b->results,
+	                    CALL_REMOVE, b->fn);
 }
 
 static void seg_sort(kvl__rseg *s, size_t n)
@@ -1044,11 +1042,14 @@ static void seg_sort(kvl__rseg *s, size_t n)
 	}
 }
 
-static int redis_get(kvl_store *store, void *impl, const char *const *keys,
-                     size_t n, const kvl_range *ranges, const size_t *n_ranges,
-                     int64_t *results)
+static int redis_get(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct rstore *r = impl;
+	const char *const *keys = b->keys;
+	size_t n = b->n;
+	const kvl_range *ranges = b->ranges;
+	const size_t *n_ranges = b->counts;
+	int *results = b->results;
 	struct rcall k;
 	kvl__rseg *segs = NULL;
 	size_t total_ranges = 0;
@@ -1056,7 +1057,7 @@ static int redis_get(kvl_store *store, void *impl, const char *const *keys,
 		total_ranges += n_ranges[i];
 	/* Each key has at most its ranges and one probe as segments, and at
 	 * most one op per segment (or one when it has none). */
-	int rc = call_init(&k, r, store, CALL_GET, "kvl_store_get", n,
+	int rc = call_init(&k, r, store, CALL_GET, b->fn, n,
 	                   total_ranges + n, total_ranges + n, &segs);
 	if (rc < 0)
 		return rc;
@@ -1142,7 +1143,7 @@ static int redis_get(kvl_store *store, void *impl, const char *const *keys,
 	call_run(&k, n);
 	uint64_t hits = 0, misses = 0, errors = 0;
 	for (size_t i = 0; i < n; i++) {
-		results[i] = k.kres[i];
+		results[i] = k.kres[i] < 0 ? (int)k.kres[i] : 0;
 		hits += results[i] >= 0;
 		misses += results[i] == KVL_ENOTFOUND;
 		errors += results[i] < 0 && results[i] != KVL_ENOTFOUND;
@@ -1154,13 +1155,16 @@ static int redis_get(kvl_store *store, void *impl, const char *const *keys,
 	return 0;
 }
 
-static int redis_put(kvl_store *store, void *impl, const char *const *keys,
-                     size_t n, const kvl_iov *pieces, const size_t *n_pieces,
-                     int *results)
+static int redis_put(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct rstore *r = impl;
+	const char *const *keys = b->keys;
+	size_t n = b->n;
+	const kvl_iov *pieces = b->pieces;
+	const size_t *n_pieces = b->counts;
+	int *results = b->results;
 	struct rcall k;
-	int rc = call_init(&k, r, store, CALL_PUT, "kvl_store_put", n, n, 0,
+	int rc = call_init(&k, r, store, CALL_PUT, b->fn, n, n, 0,
 	                   NULL);
 	if (rc < 0)
 		return rc;
@@ -1554,7 +1558,7 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 }
 
 static int redis_open(kvl_store *store, kvl__uri *uri, void **impl,
-                      char *errbuf, size_t errlen)
+                      kvl__store_caps *caps, char *errbuf, size_t errlen)
 {
 	uint64_t db = UINT64_MAX;
 	int rc;
@@ -1601,7 +1605,8 @@ static int redis_open(kvl_store *store, kvl__uri *uri, void **impl,
 
 	if ((rc = redis_discover(r, db, errbuf, errlen)) < 0)
 		goto fail;
-	store->trusted = 0;
+	(void)store;
+	(void)caps; /* never trusted: kvlink verifies reads */
 	*impl = r;
 	return 0;
 fail:
@@ -1609,7 +1614,7 @@ fail:
 	return rc;
 }
 
-const kvl_store_ops kvl__store_redis_ops = {
+const kvl__store_ops kvl__store_redis_ops = {
 	.scheme = "redis",
 	.open = redis_open,
 	.close = redis_close,

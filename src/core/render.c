@@ -1,0 +1,75 @@
+/*
+ * render.c — counters as text: the append cursor and a store's counters in
+ * Prometheus text or JSON (render.h).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core/render.h"
+
+void kvl__put(kvl__cursor *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	size_t room = c->used < c->len ? c->len - c->used : 0;
+	int n = vsnprintf(room ? c->buf + c->used : NULL, room, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		c->used += (size_t)n;
+}
+
+int kvl__cursor_finish(kvl__cursor *c, size_t *needed)
+{
+	if (needed)
+		*needed = c->used;
+	if (c->used >= c->len) {
+		if (c->len)
+			c->buf[c->len - 1] = '\0';
+		return KVL_ERANGE;
+	}
+	return 0;
+}
+
+#define STORE_FIELDS(X)                                          \
+	X(objects, "gauge", "objects held by the store")         \
+	X(bytes, "gauge", "bytes held by the store")             \
+	X(capacity, "gauge", "byte capacity of the store")       \
+	X(hits, "counter", "keys found by exists or get")        \
+	X(misses, "counter", "keys not found by exists or get")  \
+	X(puts, "counter", "objects newly stored")               \
+	X(evictions, "counter", "objects evicted to make room")  \
+	X(errors, "counter", "per-key store failures")
+
+void kvl__render_store_prom(kvl__cursor *c, const kvl_store_stats *s)
+{
+#define STORE_PROM_(name, type, help)                                   \
+	kvl__put(c, "# HELP kvlink_store_" #name " %s\n# TYPE "          \
+	            "kvlink_store_" #name " %s\nkvlink_store_" #name     \
+	            " %llu\n",                                           \
+	         help, type, (unsigned long long)s->name);
+	STORE_FIELDS(STORE_PROM_)
+#undef STORE_PROM_
+}
+
+void kvl__render_store_json(kvl__cursor *c, const kvl_store_stats *s)
+{
+	const char *sep = "";
+#define STORE_JSON_(name, type, help)                              \
+	kvl__put(c, "%s\"" #name "\":%llu", sep,                   \
+	         (unsigned long long)s->name);                     \
+	sep = ",";
+	STORE_FIELDS(STORE_JSON_)
+#undef STORE_JSON_
+}
+
+int kvl__render_check(kvl__err *e, const char *fn, kvl_stats_format format,
+                      const char *buf, size_t len)
+{
+	if (len && !buf)
+		return kvl__fail(e, KVL_EINVAL, "%s: buf is NULL with len %zu",
+		                 fn, len);
+	if (format != KVL_STATS_PROMETHEUS && format != KVL_STATS_JSON)
+		return kvl__fail(e, KVL_EINVAL, "%s: unknown format %d", fn,
+		                 (int)format);
+	return 0;
+}

@@ -1,0 +1,105 @@
+/*
+ * backend.h — the interface every store backend implements (internal:
+ * store.c and the backends include it, nothing else does).
+ *
+ * A backend is a static const table of operations over keys and byte
+ * ranges; it knows nothing of layouts, layers or ranks. store.c parses the
+ * URI, picks the backend by scheme, validates every call's arguments once
+ * for all backends and hands the backend only well-formed batches. Backends
+ * report failures through kvl__fail(&store->err, …) so that the message
+ * names the key and the cause.
+ */
+#ifndef KVL_BACKEND_H
+#define KVL_BACKEND_H
+
+#include "store/store.h"
+#include "store/uri.h"
+
+typedef enum kvl__op {
+	KVL__OP_EXISTS,
+	KVL__OP_GET,
+	KVL__OP_PUT,
+	KVL__OP_REMOVE,
+} kvl__op;
+
+/* One batched call: n keys, and for a get or put each key's items
+ * (counts[i] consecutive ranges or pieces, key 0's first); one result per
+ * key, with the meaning kvlink.h gives it for the operation. */
+typedef struct kvl__batch {
+	kvl__op op;
+	size_t n;
+	const char *const *keys;
+	const size_t *counts;      /* get, put; NULL otherwise */
+	const kvl_range *ranges;   /* get */
+	const kvl_iov *pieces;     /* put */
+	int *results;
+	const char *fn;            /* the public function, for messages */
+} kvl__batch;
+
+/* Keys [i, j) of b, whose first item is b's item number `at`. */
+kvl__batch kvl__batch_slice(const kvl__batch *b, size_t i, size_t j,
+                            size_t at);
+
+/* Items of key i. */
+static inline size_t kvl__batch_count(const kvl__batch *b, size_t i)
+{
+	return b->counts ? b->counts[i] : 0;
+}
+
+/* Runs fn on each run of consecutive keys of b that skip() leaves in
+ * (skip NULL: one run of every key). A run whose fn call fails whole gets
+ * the code as the result of each of its keys; when that run was every key,
+ * the code is returned too. Else 0. */
+int kvl__batch_runs(const kvl__batch *b,
+                    int (*skip)(void *ctx, const kvl__batch *b, size_t i),
+                    int (*fn)(void *ctx, const kvl__batch *run), void *ctx);
+
+/* The door's own batch call: checks b's arrays and keys as kvl_store_*
+ * do, then runs the backend. For backends that wrap another store. */
+int kvl__store_call(kvl_store *store, const kvl__batch *b);
+
+typedef struct kvl__store_ops {
+	const char *scheme;
+	/* Opens the backend from a parsed URI into *impl and says what it can
+	 * do in *caps (zeroed before). `store` is the handle being built (its
+	 * err is ready; a backend that wraps another store may open it). */
+	int (*open)(kvl_store *store, kvl__uri *uri, void **impl,
+	            kvl__store_caps *caps, char *errbuf, size_t errlen);
+	void (*close)(void *impl);
+	/* The four operations, each given a validated batch (n > 0, non-NULL
+	 * arrays, keys non-empty and shorter than KVL_KEY_MAX, no NULL item
+	 * address with a length). Return 0 when the call was carried out (the
+	 * results say the rest) or a negative code when nothing was. */
+	int (*exists)(kvl_store *store, void *impl, const kvl__batch *b);
+	int (*get)(kvl_store *store, void *impl, const kvl__batch *b);
+	int (*put)(kvl_store *store, void *impl, const kvl__batch *b);
+	int (*remove)(kvl_store *store, void *impl, const kvl__batch *b);
+	int (*reg)(kvl_store *store, void *impl, void *addr, size_t len,
+	           kvl_mem_kind mem); /* may be NULL: nothing to do */
+	void (*stats)(void *impl, kvl_store_stats *out);
+	/* In place (caps.in_place; NULL otherwise): as kvl__store_peek,
+	 * _release, _reserve, _commit and _abort in store.h. */
+	int (*peek)(kvl_store *store, void *impl, const char *const *keys,
+	            size_t n, kvl__view *views, int *results);
+	void (*release)(kvl_store *store, void *impl, kvl__view *views,
+	                size_t n);
+	int (*reserve)(kvl_store *store, void *impl, uint64_t len,
+	               kvl__view *out);
+	int (*commit)(kvl_store *store, void *impl, const char *key,
+	              kvl__view *v);
+	void (*abort)(kvl_store *store, void *impl, kvl__view *v);
+} kvl__store_ops;
+
+struct kvl_store {
+	const kvl__store_ops *ops;
+	void *impl;
+	kvl__store_caps caps;
+	kvl__err err;
+};
+
+extern const kvl__store_ops kvl__store_mem_ops;
+extern const kvl__store_ops kvl__store_fault_ops;
+extern const kvl__store_ops kvl__store_redis_ops; /* when KVL_HAVE_REDIS */
+extern const kvl__store_ops kvl__store_mooncake_ops;
+
+#endif /* KVL_BACKEND_H */
