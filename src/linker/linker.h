@@ -1,15 +1,42 @@
 /*
- * linker.h — the linker's state (internal), shared by linker.c (queues,
- * threads, completions) and stats.c (rendering of its counters).
+ * linker.h — the linker's state and the seams between its parts
+ * (internal).
+ *
+ * The parts, each in a file of its own, called in one direction only:
+ *
+ *   handle.c    the engine's calls: open/close, queues, start, wait, poll,
+ *               flush, cancel                 → loader, offloader, request
+ *   lookup.c    restorable prefixes across ranks            → store
+ *   loader.c    the loader thread: batches layer by layer   → path, request
+ *   offloader.c the offloader thread                        → path, request
+ *   path_*.c    how a pool's bytes move between its slots and the store
+ *               (path.h): host slots, GPU slots from store memory in place,
+ *               GPU slots through a pinned ring             → codec, store
+ *   request.c   requests: building, failing pages, completing, the walk
+ *               over a batch's items, store-call scratch
+ *   stats.c     rendering of the counters below
+ *
+ * Threads: engine threads call handle.c and lookup.c; one loader thread
+ * runs batches in id order; one offloader thread writes offloads in FIFO
+ * order. `mu` guards the queues, the batch ring, the completion ring and
+ * the list of open requests. A request is owned by one place at a time:
+ * the load queue, a batch, the offload queue, or the thread working on it;
+ * the worker reads and writes its items without the lock, and only the
+ * completion (under `mu`) hands it back and frees it. Each path's state
+ * belongs to the thread that drives it (its loads to the loader, its
+ * offloads to the offloader) and is allocated at open, so neither thread
+ * allocates.
  */
 #ifndef KVL_LINKER_H
 #define KVL_LINKER_H
 
 #include <stdatomic.h>
 
-#include "core/layout.h"
+#include "core/codec.h"
 #include "linker/stats.h"
 #include "store/store.h"
+
+struct lk_path;
 
 /* One (page, pool) of a request. */
 typedef struct lk_item {
@@ -18,15 +45,15 @@ typedef struct lk_item {
 	size_t slot;
 	const char *key;
 	uint8_t *hdr;   /* loads: the object's header, read with its first layer */
-	kvl__view view; /* GPU loads: the object, pinned in the store for the
-	                 * batch (linker_cuda.c) */
+	kvl__view view; /* in-place GPU loads: the object, held in the store for
+	                 * the batch */
 } lk_item;
 
 typedef struct lk_req {
 	uint64_t id;
 	kvl_req_kind kind;
 	size_t n_pages;
-	kvl_hash *pages;      /* page ⊕ ns */
+	kvl_hash *pages;
 	size_t n_items;
 	lk_item *items;       /* grouped by pool, pages ascending */
 	size_t first_bad;     /* lowest page that failed (n_pages: none) */
@@ -48,17 +75,19 @@ typedef struct lk_batch {
 	uint64_t t_start_ns;
 } lk_batch;
 
-/* Scratch of one I/O thread for one store call of up to io_batch items. */
+/* Scratch for one store call of up to `cap` items: the items gathered so
+ * far (`m`), their keys, requests, range or piece counts and results, and
+ * `pieces`, their kvl_range or kvl_iov lists back to back (`used` entries
+ * taken). */
 typedef struct lk_io {
+	size_t cap, m, used;
 	const char **keyp;
 	lk_item **items;
 	lk_req **reqs;
 	size_t *counts;
-	int64_t *got;
 	int *res;
-	void *pieces; /* kvl_range or kvl_iov lists */
-	uint8_t *hdrs; /* offloads: headers being written */
-	size_t n;
+	void *pieces;
+	uint8_t *hdrs; /* offloads: headers being written (hdr bytes each) */
 } lk_io;
 
 /* Scratch of lookups: grown to the largest lookup seen, reused after. */
@@ -72,14 +101,27 @@ typedef struct lk_lookup {
 	uint64_t *bits;     /* words for max_request_pages, from open */
 } lk_lookup;
 
+#define LK_MAX_PATHS 2 /* host slots, and one kind of GPU slots */
+
 struct kvl_linker {
 	const kvl_layout *layout;
 	kvl_store *store;
+	kvl__store_caps caps;
 	kvl_linker_opts opts;
 	uint32_t n_layers;
 	size_t max_comps;      /* most components of any pool */
 	size_t max_header;     /* largest object header of any pool */
+	size_t max_pieces;     /* most pieces of one page of any pool */
 	kvl_policy *policies;  /* hit policy of each pool */
+	const struct lk_path **pool_path; /* each pool's path */
+	const struct lk_path *paths[LK_MAX_PATHS]; /* the paths in use */
+	size_t n_paths;
+	/* The path whose copies complete after load_layer returns (GPU), or
+	 * NULL: the loader then finishes each layer once the next is issued,
+	 * and stream waits go to it. */
+	const struct lk_path *async;
+	struct lk_host *host;  /* host path state, or NULL */
+	struct lk_gpu *gpu;    /* GPU path state, or NULL */
 	lk_lookup lookup;
 
 	pthread_mutex_t mu;    /* guards everything below up to `err` */
@@ -98,59 +140,83 @@ struct kvl_linker {
 
 	pthread_t loader, offloader;
 	int threads_joined;
-	lk_io load_io, off_io; /* owned by the loader / offloader thread */
+	lk_io off_io;          /* the offloader's existence queries */
+	lk_item **off_absent;  /* the offloader's items of one path to write */
 	kvl__linker_stats stats;
-	struct lk_gpu *gpu;    /* GPU copies; NULL when no pool is on a GPU */
 	kvl__err err;
 };
 
-/* GPU part of the linker (linker_cuda.c; stubs without CUDA). Open checks
- * and prepares the copiers when some pool lives on a CUDA device. Load
- * issues the copies of one layer for the GPU pools' items (and records the
- * layer's event); finish waits for a layer's copies and releases what they
- * read; both return the first failure (and fail items via their requests).
- * Offload copies items of GPU pools to host memory and stores them. */
-int kvl__lk_gpu_open(kvl_linker *lk, char *errbuf, size_t errlen);
-void kvl__lk_gpu_close(kvl_linker *lk);
-int kvl__lk_gpu_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer);
-int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer);
-/* Waits, holding mu, until layer `layer` of `batch` is complete (with
- * `issued`: until its GPU copies are issued) or, without `issued`, known to
- * have failed. 0, or KVL_ENOTFOUND / KVL_ETIMEDOUT with a message starting
- * with `what`. *b_out gets the batch's slot. */
-int kvl__lk_wait_layer_locked(kvl_linker *lk, uint64_t batch, uint32_t layer,
-                              uint32_t timeout_ms, int issued,
-                              const char *what, lk_batch **b_out);
-/* Unpins the objects a batch's GPU loads held; after its last layer. */
-void kvl__lk_gpu_end_batch(kvl_linker *lk, lk_batch *b);
-void kvl__lk_gpu_offload(kvl_linker *lk, lk_req *r, lk_item **items,
-                         size_t n, void *event);
+static inline const kvl__pool *kvl__lk_pool(const kvl_linker *lk,
+                                            uint32_t pool)
+{
+	return &lk->layout->pools[pool];
+}
+
+/* ------------------------------------------------------------ request.c */
+
+/* Builds a request (one allocation) from the engine's arguments, checking
+ * them; the message names what is wrong. */
+int kvl__lk_req_build(kvl_linker *lk, kvl_req_kind kind, uint64_t id,
+                      const kvl_hash *pages, size_t n_pages,
+                      const size_t *const *slots, lk_req **out);
+void kvl__lk_req_free(lk_req *r);
+
+/* Records that page `page` of r failed with `code`; keeps the lowest. */
 void kvl__lk_req_fail(lk_req *r, size_t page, int code);
-/* Scratch for io_batch items: per_item bytes of pieces each, and hdr bytes
- * of headers each (0: none). Free with kvl__lk_io_free. */
-int kvl__lk_io_alloc(lk_io *io, size_t n, size_t per_item, size_t hdr);
+
+/* Counts the outcome `res` of a put of offload item it: stored, already
+ * present, or its page failed. */
+void kvl__lk_count_put(kvl_linker *lk, lk_req *r, const lk_item *it, int res);
+
+/* Moves r from the open list into the completion ring and frees it. Caller
+ * holds mu. */
+void kvl__lk_post_locked(kvl_linker *lk, lk_req *r);
+
+/* Completes every request of the list (linked by qnext) as canceled with
+ * no valid page. Caller holds mu. */
+void kvl__lk_cancel_list_locked(kvl_linker *lk, lk_req *r);
+
+/* Scratch for `cap` items: per_item bytes of pieces each, and hdr bytes of
+ * headers each (0: none). 0 or KVL_ENOMEM; free with kvl__lk_io_free (also
+ * after a failure). */
+int kvl__lk_io_alloc(lk_io *io, size_t cap, size_t per_item, size_t hdr);
 void kvl__lk_io_free(lk_io *io);
 
-/* Checks an item's read of layer ly (and the layers read with it): `err`
- * (the store's result for it, 0: read), its header at the pool's first
- * layer, and on untrusted stores each layer's checksum, over `bytes` (the
- * layers as read, contiguous) or, when NULL, over the item's host slot.
- * Returns 0 or the reason it is not valid (a short object is
- * KVL_ECORRUPT). */
-int kvl__lk_read_check(const kvl_linker *lk, const lk_req *r,
-                       const lk_item *it, const kvl__layer *ly, int err,
-                       const uint8_t *bytes);
-
-/* The end of the layers read together with layer ly of p: ly alone, or
- * every layer at the first one when the store reads whole objects anyway
- * (store->whole_reads). */
-static inline const kvl__layer *kvl__lk_read_end(const kvl_linker *lk,
-                                                 const kvl__pool *p,
-                                                 const kvl__layer *ly)
+/* Adds item it of r, with `count` ranges or pieces just written at the
+ * io's `used` position, to the io's next store call. */
+static inline void kvl__lk_io_add(lk_io *io, lk_req *r, lk_item *it,
+                                  size_t count)
 {
-	return lk->store->whole_reads && ly == &p->layers[0]
-	               ? p->layers + p->n_layers
-	               : ly + 1;
+	io->keyp[io->m] = it->key;
+	io->items[io->m] = it;
+	io->reqs[io->m] = r;
+	io->counts[io->m++] = count;
+	io->used += count;
 }
+
+/* The walk over the live items of a batch at one model layer whose pool
+ * moves through one path: every item of every request of the batch, in
+ * order, whose pool has that layer and whose request has no failure at a
+ * lower page. The one iteration every load path uses. */
+typedef struct lk_walk {
+	const kvl_linker *lk;
+	const struct lk_path *path;
+	uint32_t layer;
+	lk_req *r;     /* the current item's request */
+	size_t next;   /* index of the next item in r */
+	lk_item *it;   /* the current item, its pool and layer */
+	const kvl__pool *p;
+	const kvl__layer *ly;
+} lk_walk;
+
+void kvl__lk_walk_start(lk_walk *w, const kvl_linker *lk, lk_batch *b,
+                        uint32_t layer, const struct lk_path *path);
+/* 1 with w->it (and r, p, ly) set to the next item, or 0 at the end. */
+int kvl__lk_walk_next(lk_walk *w);
+
+/* ---------------------------------------------- loader.c, offloader.c */
+
+void *kvl__lk_loader_main(void *arg);
+void *kvl__lk_offloader_main(void *arg);
 
 #endif /* KVL_LINKER_H */

@@ -1,0 +1,134 @@
+/*
+ * loader.c — the loader thread: runs batches in id order, layer by layer,
+ * each layer through every path in use (path.h), and completes the
+ * batch's requests.
+ *
+ * A layer is complete when every path's bytes of it have landed: at once
+ * for paths that read synchronously (host slots), and for the GPU paths
+ * when the copies issued for it have finished, which the loader waits for
+ * only after the next layer's copies are issued, so the GPU never idles
+ * while the loader prepares the next layer. A failure at layer l fails
+ * every later wait of the batch; the completions say which requests failed
+ * and how many of their pages are valid.
+ */
+#include "linker/path.h"
+
+/* Marks layer `layer` of b complete with `err` (0: good). */
+static void layer_done(kvl_linker *lk, lk_batch *b, uint32_t layer, int err)
+{
+	pthread_mutex_lock(&lk->mu);
+	if (err && !b->first_err) {
+		b->first_err = err;
+		b->fail_layer = layer;
+	}
+	b->done = layer + 1;
+	pthread_cond_broadcast(&lk->cv_progress);
+	pthread_mutex_unlock(&lk->mu);
+}
+
+/* Layer `layer` of b through every path; the first failure, or 0. */
+static int load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
+{
+	int err = 0;
+	for (size_t i = 0; i < lk->n_paths; i++) {
+		int e = lk->paths[i]->load_layer(lk, b, layer);
+		if (!err)
+			err = e;
+	}
+	return err;
+}
+
+/* Waits for the async path's copies of `layer` and marks it complete,
+ * failed by `err` (an earlier failure of that layer) if not by the wait. */
+static void finish_layer(kvl_linker *lk, lk_batch *b, uint32_t layer, int err)
+{
+	int ferr = lk->async->finish_layer(lk, layer);
+	layer_done(lk, b, layer, err ? err : ferr);
+}
+
+/* Completes the batch's requests: all of them canceled when the linker
+ * closed before its last layer (not every layer was read: nothing is
+ * valid). */
+static void complete_batch(kvl_linker *lk, lk_batch *b, int canceled)
+{
+	pthread_mutex_lock(&lk->mu);
+	b->enqueued = lk->n_layers;
+	if (canceled && b->done < lk->n_layers) {
+		if (!b->first_err) {
+			b->first_err = KVL_ECANCELED;
+			b->fail_layer = b->done;
+		}
+		b->done = lk->n_layers;
+	}
+	kvl__hist_add(&lk->stats.batch_ns, kvl__now_ns() - b->t_start_ns);
+	KVL__COUNT(&lk->stats, batches, 1);
+	lk_req *r = b->reqs;
+	b->reqs = NULL;
+	while (r) {
+		lk_req *next = r->qnext;
+		if (canceled) {
+			r->first_bad = 0;
+			if (!r->status)
+				r->status = KVL_ECANCELED;
+		}
+		kvl__lk_post_locked(lk, r);
+		r = next;
+	}
+	b->finished = 1;
+	pthread_cond_broadcast(&lk->cv_progress);
+	pthread_mutex_unlock(&lk->mu);
+}
+
+static void run_batch(kvl_linker *lk, lk_batch *b)
+{
+	int canceled = 0, pending_err = 0;
+	uint32_t layer;
+	for (layer = 0; layer < lk->n_layers; layer++) {
+		pthread_mutex_lock(&lk->mu);
+		canceled = lk->closing;
+		pthread_mutex_unlock(&lk->mu);
+		if (canceled)
+			break;
+		int err = load_layer(lk, b, layer);
+		if (!lk->async) {
+			layer_done(lk, b, layer, err);
+			continue;
+		}
+		pthread_mutex_lock(&lk->mu);
+		b->enqueued = layer + 1;
+		pthread_cond_broadcast(&lk->cv_progress);
+		pthread_mutex_unlock(&lk->mu);
+		if (layer > 0)
+			finish_layer(lk, b, layer - 1, pending_err);
+		pending_err = err;
+	}
+	if (lk->async && layer > 0)
+		finish_layer(lk, b, layer - 1, pending_err);
+	for (size_t i = 0; i < lk->n_paths; i++)
+		if (lk->paths[i]->end_batch)
+			lk->paths[i]->end_batch(lk, b);
+	complete_batch(lk, b, canceled);
+}
+
+void *kvl__lk_loader_main(void *arg)
+{
+	kvl_linker *lk = arg;
+	pthread_mutex_lock(&lk->mu);
+	for (;;) {
+		while (!lk->closing && lk->loader_next == lk->next_batch)
+			pthread_cond_wait(&lk->cv_loader, &lk->mu);
+		if (lk->loader_next == lk->next_batch)
+			break; /* closing with nothing left to take */
+		uint64_t id = lk->loader_next++;
+		lk_batch *b = &lk->batches[id % KVL_LINKER_MAX_BATCHES];
+		/* An empty batch completed at start, and its slot may already
+		 * hold a later batch, which the loader reaches by its own id. */
+		if (b->id != id || b->finished)
+			continue;
+		pthread_mutex_unlock(&lk->mu);
+		run_batch(lk, b); /* cancels itself when closing */
+		pthread_mutex_lock(&lk->mu);
+	}
+	pthread_mutex_unlock(&lk->mu);
+	return NULL;
+}
