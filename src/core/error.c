@@ -1,5 +1,5 @@
 /*
- * error.c — error codes, per-handle messages, version and feature queries.
+ * error.c — error codes and per-handle messages.
  *
  * The code table is KVL_ERRNO_MAP in kvlink.h; everything here is generated
  * from it. A handle's message lives in a kvl__err guarded by its own mutex;
@@ -7,11 +7,8 @@
  * under them.
  */
 #include <stdio.h>
-#include <time.h>
 
-#include "gpu/device.h"
 #include "core/internal.h"
-#include "kvl_config.h"
 
 const char *kvl_strerror(int err)
 {
@@ -39,24 +36,6 @@ const char *kvl_err_name(int err)
 #undef KVL_ERR_NAME_CASE_
 	}
 	return "KVL_EUNKNOWN";
-}
-
-const char *kvl_version(void)
-{
-	return KVL_VERSION_STRING;
-}
-
-int kvl_has_feature(const char *name)
-{
-	if (!name)
-		return 0;
-	if (strcmp(name, "cuda") == 0)
-		return KVL_HAVE_CUDA;
-	if (strcmp(name, "cuda-device") == 0)
-		return kvl__dev_usable();
-	if (strcmp(name, "redis") == 0)
-		return KVL_HAVE_REDIS;
-	return 0;
 }
 
 void kvl__err_init(kvl__err *e)
@@ -112,37 +91,4 @@ int kvl__fail_buf(char *errbuf, size_t errlen, int code, const char *fmt, ...)
 		va_end(ap);
 	}
 	return code;
-}
-
-void kvl__hex(const uint8_t *bytes, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[bytes[i] >> 4];
-		out[2 * i + 1] = digits[bytes[i] & 15];
-	}
-}
-
-int kvl__name_ok(const char *s, const char *extra)
-{
-	if (!s)
-		return 0;
-	size_t n = strlen(s);
-	if (n == 0 || n > KVL_NAME_MAX)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		            (c >= '0' && c <= '9');
-		if (!alnum && !strchr(extra, c))
-			return 0;
-	}
-	return 1;
-}
-
-uint64_t kvl__now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

@@ -1,0 +1,40 @@
+/*
+ * util.c — small helpers of every part of kvlink: hex digits, name checks
+ * and the monotonic clock (internal.h).
+ */
+#include <time.h>
+
+#include "core/internal.h"
+
+void kvl__hex(const uint8_t *bytes, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[bytes[i] >> 4];
+		out[2 * i + 1] = digits[bytes[i] & 15];
+	}
+}
+
+int kvl__name_ok(const char *s, const char *extra)
+{
+	if (!s)
+		return 0;
+	size_t n = strlen(s);
+	if (n == 0 || n > KVL_NAME_MAX)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		            (c >= '0' && c <= '9');
+		if (!alnum && !strchr(extra, c))
+			return 0;
+	}
+	return 1;
+}
+
+uint64_t kvl__now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
