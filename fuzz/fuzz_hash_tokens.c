@@ -35,22 +35,6 @@
 		}                                                            \
 	} while (0)
 
-/* cmd_hash.c's argument path calls the tool's shared helpers (tools/
- * kvlink.c, which holds main); this target never takes that path. */
-int kvl_cli_usage_error(const char *cmd, const char *fmt, ...)
-{
-	(void)cmd;
-	(void)fmt;
-	return 2;
-}
-
-int kvl_cli_parse_u64(const char *s, uint64_t *out)
-{
-	(void)s;
-	(void)out;
-	return -1;
-}
-
 static int sep(unsigned char c)
 {
 	return c == ' ' || c == ',' || c == '\n' || c == '\t' || c == '\r' ||
@@ -132,7 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	                     pages ? pages : 1, &got_pages) == 0);
 	CHECK(got_pages == pages);
 	for (size_t i = 0; i < pages; i++) {
-		kvl_hash_to_hex(&h[i], want + i * (KVL_HASH_HEX_LEN + 1));
+		kvl_hash_to_hex(&h[i], want + i * (KVL_HASH_HEX_LEN + 1), KVL_HASH_HEX_LEN + 1);
 		want[i * (KVL_HASH_HEX_LEN + 1) + KVL_HASH_HEX_LEN] = '\n';
 	}
 

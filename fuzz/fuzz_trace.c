@@ -1,9 +1,7 @@
 /*
  * fuzz_trace.c — libFuzzer target: the trace-line parser of `kvlink replay`
- * (parse_line in tools/cmd_replay.c, a JSON-lines request parser).
- *
- * The parser is static in cmd_replay.c, so this target includes that file
- * and calls it directly: it fuzzes exactly the code the command runs.
+ * (rp_trace_parse in tools/trace.c, a JSON-lines request parser), the
+ * same code the command runs.
  *
  * Input: bytes 0-1 give the block size in tokens (1..65536); the rest is a
  * trace, split into lines at '\n' as the command splits its file. Checked
@@ -15,23 +13,11 @@
  *    after the earlier requests' ids; and printing it back as a canonical
  *    line and parsing that gives the same request and ids.
  */
-#include "../tools/cmd_replay.c"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-/* The command's argument handling calls the tool's shared helpers (tools/
- * kvlink.c, which holds main); this target never takes that path. */
-int kvl_cli_usage_error(const char *cmd, const char *fmt, ...)
-{
-	(void)cmd;
-	(void)fmt;
-	return 2;
-}
-
-int kvl_cli_parse_u64(const char *s, uint64_t *out)
-{
-	(void)s;
-	(void)out;
-	return -1;
-}
+#include "trace.h"
 
 #define CHECK(cond)                                                          \
 	do {                                                                 \
@@ -90,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rp_parser jp;
 		rp_req q;
 		size_t before = t.n_ids;
-		int rc = parse_line(&t, line, len, block_tokens, &jp, &q);
+		int rc = rp_trace_parse(&t, line, len, block_tokens, &jp, &q);
 		CHECK(rc == 1 || rc == 0 || rc == -1);
 		if (rc == 0)
 			CHECK(json_ws_only(line, len) && t.n_ids == before);
@@ -104,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			char *c = canonical(&t, &q, &clen);
 			rp_req q2;
 			rp_parser jp2;
-			CHECK(parse_line(&t, c, clen, block_tokens, &jp2, &q2) ==
+			CHECK(rp_trace_parse(&t, c, clen, block_tokens, &jp2, &q2) ==
 			      1);
 			CHECK(q2.input_len == in && q2.n == q.n &&
 			      q2.first == q.first + q.n);
@@ -119,6 +105,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		at += len + 1;
 	}
-	trace_free(&t);
+	rp_trace_free(&t);
 	return 0;
 }

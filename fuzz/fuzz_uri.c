@@ -161,7 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(rc == 1 || (rc == KVL_EPARSE && err[0]));
 		CHECK((rc == 1) == (ref_size(u.values[i], &ref) == 0));
 		CHECK(rc != 1 || v64 == ref);
-		rc = kvl__parse_size(u.values[i], &v64);
+		rc = kvl_parse_size(u.values[i], &v64);
 		CHECK(rc == 0 ? v64 == ref : rc == KVL_EPARSE);
 		err[0] = '\0';
 		rc = kvl__uri_u64(&u, k, &v64, err, sizeof err);

@@ -6,6 +6,7 @@
 #ifndef KVL_CLI_H
 #define KVL_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvlink.h"
@@ -26,5 +27,17 @@ int kvl_cli_usage_error(const char *cmd, const char *fmt, ...)
 
 /* Parses an unsigned decimal integer that must fit in uint64_t; 0 or -1. */
 int kvl_cli_parse_u64(const char *s, uint64_t *out);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t kvl_cli_now_ns(void);
+
+/* GPU memory for the benchmark (gpu_mem.c): allocations give NULL and
+ * copies -1 without CUDA or a usable device. */
+int kvl_cli_gpu_usable(void);
+void *kvl_cli_gpu_alloc(size_t len);
+void kvl_cli_gpu_free(void *p);
+void *kvl_cli_pinned_alloc(size_t len);
+void kvl_cli_pinned_free(void *p);
+int kvl_cli_gpu_copy(void *dst, const void *src, size_t len);
 
 #endif

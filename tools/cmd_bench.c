@@ -19,8 +19,6 @@
 #include <time.h>
 
 #include "cli.h"
-#include "gpu/device.h"
-#include "core/internal.h"
 #include "kvlink.h"
 
 typedef struct bench_opts {
@@ -93,7 +91,7 @@ static int slot_fill(bench_pool *bp, size_t slot, const kvl_hash *h)
 		return 0;
 	}
 	fill_page(bp->scratch, bp->slot_bytes, h);
-	return kvl__dev_copy(at, bp->scratch, bp->slot_bytes);
+	return kvl_cli_gpu_copy(at, bp->scratch, bp->slot_bytes);
 }
 
 /* 1 if a slot of the pool holds page h's bytes. */
@@ -101,7 +99,7 @@ static int slot_ok(bench_pool *bp, size_t slot, const kvl_hash *h)
 {
 	const uint8_t *at = bp->mem + slot * bp->slot_bytes;
 	if (bp->cuda) {
-		if (kvl__dev_copy(bp->scratch, at, bp->slot_bytes))
+		if (kvl_cli_gpu_copy(bp->scratch, at, bp->slot_bytes))
 			return 0;
 		at = bp->scratch;
 	}
@@ -152,13 +150,13 @@ static double memcpy_gbps(const bench_pool *pool, const uint8_t *src,
 {
 	if (pool->cuda) {
 		size_t len = o->slots * pool->slot_bytes;
-		kvl__dev_copy(pool->mem, src, len); /* warm */
-		uint64_t t0 = kvl__now_ns();
+		kvl_cli_gpu_copy(pool->mem, src, len); /* warm */
+		uint64_t t0 = kvl_cli_now_ns();
 		for (int pass = 0; pass < 3; pass++)
-			kvl__dev_copy(pool->mem, src, len);
-		return 3.0 * (double)len / (double)(kvl__now_ns() - t0);
+			kvl_cli_gpu_copy(pool->mem, src, len);
+		return 3.0 * (double)len / (double)(kvl_cli_now_ns() - t0);
 	}
-	uint64_t bytes = 0, t0 = kvl__now_ns();
+	uint64_t bytes = 0, t0 = kvl_cli_now_ns();
 	for (int pass = 0; pass < 3; pass++)
 		for (uint64_t s = 0; s < o->slots; s++) {
 			memcpy(pool->mem + s * pool->slot_bytes,
@@ -166,7 +164,7 @@ static double memcpy_gbps(const bench_pool *pool, const uint8_t *src,
 			       pool->slot_bytes);
 			bytes += pool->slot_bytes;
 		}
-	return (double)bytes / (double)(kvl__now_ns() - t0);
+	return (double)bytes / (double)(kvl_cli_now_ns() - t0);
 }
 
 /* Simulated compute of one layer: the CPU sleeps, as it would while the
@@ -195,7 +193,7 @@ static void *watch_main(void *arg)
 	watcher *w = arg;
 	for (uint32_t l = 0; l < w->layers; l++) {
 		kvl_linker_wait(w->lk, w->batch, l, 60000);
-		w->last_ns = kvl__now_ns() - w->t0;
+		w->last_ns = kvl_cli_now_ns() - w->t0;
 	}
 	return NULL;
 }
@@ -229,7 +227,7 @@ static int load_and_forward(bench_ctx *c, const kvl_hash *h, size_t hit,
 	bench_totals *t = &c->t;
 	uint64_t id = c->next_id++;
 	const size_t *sl[1] = {slots};
-	int rc = hit ? kvl_linker_load(c->lk, id, h, hit, NULL, sl) : 0;
+	int rc = hit ? kvl_linker_load(c->lk, id, h, hit, sl) : 0;
 	if (rc) {
 		fprintf(stderr, "kvlink bench: load: %s\n",
 		        kvl_linker_errmsg(c->lk));
@@ -237,7 +235,7 @@ static int load_and_forward(bench_ctx *c, const kvl_hash *h, size_t hit,
 	}
 	uint64_t batch;
 	watcher w = {.lk = c->lk, .layers = kvl_linker_layers(c->lk)};
-	w.t0 = kvl__now_ns();
+	w.t0 = kvl_cli_now_ns();
 	if ((rc = kvl_linker_start(c->lk, &batch)))
 		return rc;
 	w.batch = batch;
@@ -246,13 +244,13 @@ static int load_and_forward(bench_ctx *c, const kvl_hash *h, size_t hit,
 	uint64_t compute = 0, first = 0;
 	for (uint32_t l = 0; l < w.layers; l++) {
 		kvl_linker_wait(c->lk, batch, l, 60000);
-		uint64_t c0 = kvl__now_ns();
+		uint64_t c0 = kvl_cli_now_ns();
 		if (l == 0)
 			first = c0 - w.t0;
 		compute_layer(c->o->compute_us);
-		compute += kvl__now_ns() - c0;
+		compute += kvl_cli_now_ns() - c0;
 	}
-	uint64_t fwd = kvl__now_ns() - w.t0;
+	uint64_t fwd = kvl_cli_now_ns() - w.t0;
 	pthread_join(w.th, NULL);
 	if (!hit)
 		return 0;
@@ -286,10 +284,10 @@ static int run_turn(bench_ctx *c, const kvl_hash *h, size_t n)
 	size_t *slots = malloc(n * sizeof *slots);
 	if (!slots)
 		return KVL_ENOMEM;
-	uint64_t t0 = kvl__now_ns();
+	uint64_t t0 = kvl_cli_now_ns();
 	size_t hit = 0;
-	int rc = kvl_linker_lookup(c->lk, h, n, NULL, NULL, &hit);
-	t->lookup_ns += kvl__now_ns() - t0;
+	int rc = kvl_linker_lookup(c->lk, h, n, NULL, &hit);
+	t->lookup_ns += kvl_cli_now_ns() - t0;
 	t->lookups++;
 	t->pages += n;
 	if (rc) {
@@ -309,12 +307,12 @@ static int run_turn(bench_ctx *c, const kvl_hash *h, size_t n)
 	if (rc == 0 && valid < n) {
 		uint64_t id = c->next_id++;
 		const size_t *sl[1] = {slots + valid};
-		t0 = kvl__now_ns();
-		rc = kvl_linker_offload(c->lk, id, h + valid, n - valid, NULL,
-		                        sl);
+		t0 = kvl_cli_now_ns();
+		rc = kvl_linker_offload(c->lk, id, h + valid, n - valid,
+		                        sl, NULL);
 		if (rc == 0)
 			rc = kvl_linker_flush(c->lk, 60000);
-		t->offload_ns += kvl__now_ns() - t0;
+		t->offload_ns += kvl_cli_now_ns() - t0;
 		kvl_completion done;
 		if (rc == 0)
 			rc = collect(c->lk, id, &done);
@@ -444,10 +442,10 @@ static int run_bench(const bench_opts *o)
 	pool.slot_bytes = pool.comp_bytes * 2 * o->layers;
 	size_t pool_bytes = pool.slot_bytes * o->slots;
 	pool.cuda = o->cuda;
-	pool.mem = o->cuda ? kvl__dev_alloc(pool_bytes)
+	pool.mem = o->cuda ? kvl_cli_gpu_alloc(pool_bytes)
 	                   : aligned_alloc(64, pool_bytes);
 	pool.scratch = o->cuda ? malloc(pool.slot_bytes) : NULL;
-	uint8_t *copy_src = o->cuda ? kvl__dev_host_alloc(pool_bytes)
+	uint8_t *copy_src = o->cuda ? kvl_cli_pinned_alloc(pool_bytes)
 	                            : aligned_alloc(64, pool_bytes);
 	kvl_layout *layout = NULL;
 	kvl_store *st = NULL;
@@ -471,7 +469,7 @@ static int run_bench(const bench_opts *o)
 		        err);
 		goto out;
 	}
-	if (kvl_linker_open(layout, st, NULL, &c.lk, err, sizeof err)) {
+	if (kvl_linker_open(st, layout, NULL, &c.lk, err, sizeof err)) {
 		fprintf(stderr, "kvlink bench: linker: %s\n", err);
 		goto out;
 	}
@@ -484,7 +482,7 @@ static int run_bench(const bench_opts *o)
 	if (!tokens || !h)
 		goto out;
 	uint64_t seed = o->seed;
-	uint64_t t_start = kvl__now_ns();
+	uint64_t t_start = kvl_cli_now_ns();
 	for (size_t i = 0; i < o->system_tokens; i++)
 		tokens[i] = splitmix(&seed) % 128000;
 	for (uint64_t conv = 0; conv < o->conversations; conv++) {
@@ -499,7 +497,7 @@ static int run_bench(const bench_opts *o)
 				goto out;
 		}
 	}
-	double wall_s = (double)(kvl__now_ns() - t_start) / 1e9;
+	double wall_s = (double)(kvl_cli_now_ns() - t_start) / 1e9;
 	kvl_store_stats ss;
 	kvl_store_stats_get(st, &ss);
 	report(o, &c, base, &ss, wall_s, pool.slot_bytes);
@@ -513,8 +511,8 @@ out:
 	kvl_store_close(st);
 	kvl_layout_free(layout);
 	if (o->cuda) {
-		kvl__dev_free(pool.mem);
-		kvl__dev_host_free(copy_src);
+		kvl_cli_gpu_free(pool.mem);
+		kvl_cli_pinned_free(copy_src);
 	} else {
 		free(pool.mem);
 		free(copy_src);
@@ -593,7 +591,7 @@ int kvl_cmd_bench(int argc, char **argv)
 				return kvl_cli_usage_error(
 					"bench", "--device takes host or cuda");
 			o.cuda = !strcmp(argv[i], "cuda");
-			if (o.cuda && !kvl__dev_usable()) {
+			if (o.cuda && !kvl_cli_gpu_usable()) {
 				fprintf(stderr, "kvlink bench: --device cuda: %s\n",
 				        kvl_has_feature("cuda")
 				                ? "no usable CUDA device"

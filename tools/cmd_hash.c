@@ -188,7 +188,7 @@ static int pager_flush(pager *p)
 	}
 	for (size_t i = 0; i < n_out; i++) {
 		char hex[KVL_HASH_HEX_LEN + 2];
-		kvl_hash_to_hex(&p->out[i], hex);
+		kvl_hash_to_hex(&p->out[i], hex, KVL_HASH_HEX_LEN + 1);
 		hex[KVL_HASH_HEX_LEN] = '\n';
 		fwrite(hex, 1, KVL_HASH_HEX_LEN + 1, p->sink);
 	}

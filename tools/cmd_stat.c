@@ -18,7 +18,7 @@ int kvl_cli_print_stats(kvl_linker *lk, kvl_store *st, kvl_stats_format fmt)
 		char *buf = malloc(len);
 		if (!buf)
 			return KVL_ENOMEM;
-		int rc = lk ? kvl_linker_stats(lk, fmt, buf, len, &needed)
+		int rc = lk ? kvl_linker_stats_render(lk, fmt, buf, len, &needed)
 		            : kvl_store_stats_render(st, fmt, buf, len, &needed);
 		if (rc == 0)
 			fputs(buf, stdout);
