@@ -165,7 +165,7 @@ static result run(size_t chunk, long long spin_cycles)
 	                   sizeof err))
 		die("store", err);
 	kvl_linker *lk;
-	if (kvl_linker_open(l, st, NULL, &lk, err, sizeof err))
+	if (kvl_linker_open(st, l, NULL, &lk, err, sizeof err))
 		die("linker", err);
 
 	/* Source pages in slots [0, pages), random bytes. */
@@ -204,7 +204,7 @@ static result run(size_t chunk, long long spin_cycles)
 		if (rep)
 			kvl_store_remove(st, keyp, pages, res);
 		t = now_s();
-		if (kvl_linker_offload_after(lk, 1 + rep, h, pages, NULL, sl,
+		if (kvl_linker_offload(lk, 1 + rep, h, pages, sl,
 		                             filled))
 			die("offload", kvl_linker_errmsg(lk));
 		kvl_linker_flush(lk, UINT32_MAX);
@@ -227,10 +227,10 @@ static result run(size_t chunk, long long spin_cycles)
 	for (int rep = 0; rep < 6; rep++) {
 		t = now_s();
 		size_t hit;
-		if (kvl_linker_lookup(lk, h, pages, NULL, NULL, &hit) ||
+		if (kvl_linker_lookup(lk, h, pages, NULL, &hit) ||
 		    hit != pages)
 			die("lookup", kvl_linker_errmsg(lk));
-		if (kvl_linker_load(lk, 10 + rep, h, pages, NULL, dl) ||
+		if (kvl_linker_load(lk, 10 + rep, h, pages, dl) ||
 		    kvl_linker_start(lk, &batch))
 			die("load", kvl_linker_errmsg(lk));
 		double t_start = now_s(), t_first = 0;
@@ -275,7 +275,7 @@ static result run(size_t chunk, long long spin_cycles)
 	CK(cudaStreamSynchronize(compute));
 	r.compute_ms = (now_s() - t) * 1e3;
 	t = now_s();
-	if (kvl_linker_load(lk, 20, h, pages, NULL, dl) ||
+	if (kvl_linker_load(lk, 20, h, pages, dl) ||
 	    kvl_linker_start(lk, &batch))
 		die("load", kvl_linker_errmsg(lk));
 	for (uint32_t layer = 0; layer < LAYERS; layer++) {

@@ -181,9 +181,9 @@ static double run_op(bench *b, int op, size_t size, size_t n)
 				bad = res[k] != KVL_PUT_STORED ? res[k] : 0;
 			break;
 		default:
-			kvl_store_get(b->st, kp, m, rg, ones, got);
+			kvl_store_get(b->st, kp, m, rg, ones, res);
 			for (size_t k = 0; k < m && !bad; k++)
-				bad = got[k] != (int64_t)size ? got[k] : 0;
+				bad = res[k];
 		}
 		if (bad) {
 			char why[600];
@@ -230,7 +230,7 @@ static double run_linker(bench *b, size_t size, size_t n, int rep,
 		die("layout", kvl_layout_errmsg(l));
 	kvl_linker *lk;
 	char err[512];
-	if (kvl_linker_open(l, b->st, NULL, &lk, err, sizeof err))
+	if (kvl_linker_open(b->st, l, NULL, &lk, err, sizeof err))
 		die("linker", err);
 	kvl_hash *h = calloc(n, sizeof *h);
 	size_t *src = calloc(n, sizeof *src), *dst = calloc(n, sizeof *dst);
@@ -242,7 +242,7 @@ static double run_linker(bench *b, size_t size, size_t n, int rep,
 	const size_t *sl[1] = {src}, *dl[1] = {dst};
 	kvl_completion c;
 	size_t got;
-	if (kvl_linker_offload(lk, 1, h, n, NULL, sl))
+	if (kvl_linker_offload(lk, 1, h, n, sl, NULL))
 		die("offload", kvl_linker_errmsg(lk));
 	kvl_linker_flush(lk, UINT32_MAX);
 	kvl_linker_poll(lk, &c, 1, &got, 60000);
@@ -250,7 +250,7 @@ static double run_linker(bench *b, size_t size, size_t n, int rep,
 		die("offload", kvl_strerror(c.status));
 	uint64_t batch;
 	double t = now_s();
-	if (kvl_linker_load(lk, 2, h, n, NULL, dl) ||
+	if (kvl_linker_load(lk, 2, h, n, dl) ||
 	    kvl_linker_start(lk, &batch) ||
 	    kvl_linker_wait(lk, batch, LAYERS - 1, 600000))
 		die("load", kvl_linker_errmsg(lk));
@@ -274,7 +274,7 @@ static double run_linker(bench *b, size_t size, size_t n, int rep,
 	 * costs a whole-object read (and a size query), once per layer. */
 	kvl_range *rg = malloc(n * sizeof *rg);
 	size_t *ones = malloc(n * sizeof *ones), off = 0, llen = 0;
-	int64_t *gres = malloc(n * sizeof *gres);
+	int *gres = malloc(n * sizeof *gres);
 	kvl_layout_layer_range(l, pid, 1, &off, &llen);
 	for (size_t i = 0; i < n; i++) {
 		rg[i] = (kvl_range){off, pool + ((size_t)slots + i) * per, llen};

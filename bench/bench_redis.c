@@ -278,7 +278,7 @@ int main(int argc, char **argv)
 		kvl_range *rg = malloc(batch * sizeof *rg);
 		size_t *cnt = malloc(batch * sizeof *cnt);
 		int *res = malloc(batch * sizeof *res);
-		int64_t *res64 = malloc(batch * sizeof *res64);
+		int *res64 = malloc(batch * sizeof *res64);
 		if (!keys || !kp || !val || !dst || !iov || !rg || !cnt ||
 		    !res || !res64)
 			die("out of memory%s%s", "", "");
@@ -338,9 +338,9 @@ int main(int argc, char **argv)
 				if (kvl_store_get(s, kp + b, m, rg, cnt, res64))
 					die("get: %s%s", kvl_store_errmsg(s), "");
 				for (size_t i = 0; i < m; i++)
-					if (res64[i] != (int64_t)size)
+					if (res64[i] != 0)
 						die("get: %s (%s)",
-						    kvl_err_name((int)res64[i]),
+						    kvl_err_name(res64[i]),
 						    kvl_store_errmsg(s));
 			}
 			t = bytes / (now_s() - t) / 1e9;

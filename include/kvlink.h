@@ -3,17 +3,38 @@
  *
  * kvlink keeps an inference engine's KV-cache pages outside GPU memory, shares
  * them across processes and nodes through a store, and loads them back layer by
- * layer. Data flows one way: engine call → linker → layout → store.
+ * layer. Data flows one way: engine call → linker → page codec → store.
+ *
+ * What an engine uses, in this order:
+ *   errors      codes, names and messages
+ *   linker      lookups across ranks, layer-wise loads, offloads, completions
+ *   hashes      the chained page hashes the linker takes
+ *   layouts     the engine's page pools, as the linker sees them
+ *   stores      where objects live, chosen by URI
+ *   stats       counters as Prometheus text or JSON
+ * and, under the "advanced" banner at the end, the building blocks the
+ * linker is made of: store batch calls, synchronous page I/O, the object
+ * format's queries, restorable sets and the in-process all-reduce.
  *
  * Conventions that hold for every function below unless its comment says
  * otherwise:
  *
- *  - Functions return 0 (KVL_OK) or a negative kvl_errno code. Outputs go through
- *    pointer parameters marked [out]; they are written only on success.
+ *  - Functions return 0 (KVL_OK) or a negative kvl_errno code. Outputs go
+ *    through pointer parameters marked [out]. On failure outputs are left as
+ *    they were, with two rules for every function alike: an output marked
+ *    [needed] (the room a buffer needs) is also written on KVL_ERANGE; and
+ *    kvl_linker_lookup's prefix is 0 on any failure, so an engine that
+ *    ignored the code would restore nothing.
+ *  - Arguments come in one order: the handle the call acts on, then the
+ *    handle that owns the data (a store, then a layout), then each array
+ *    followed by its length (arrays of one length share it, after the last),
+ *    then outputs. Buffers that receive text take their size.
  *  - Handles are opaque. Each handle keeps the message of its most recent
- *    failure (kvl_<object>_errmsg), naming the bad argument, key or backend text.
- *    Functions that open a handle take an optional caller buffer for the message,
- *    since there is no handle to read it from when they fail.
+ *    failure (kvl_<object>_errmsg), naming the bad argument, key or backend
+ *    text; every failure of a call on a handle sets it. A NULL handle gets
+ *    KVL_EINVAL and no message (there is nowhere to keep one). Functions that
+ *    open a handle take an optional caller buffer for the message, since
+ *    there is no handle to read it from when they fail.
  *  - Pointers passed in are borrowed for the duration of the call only, unless
  *    the comment says they are retained. Strings are NUL-terminated UTF-8.
  *  - Closing or freeing NULL is a harmless no-op.
@@ -37,8 +58,9 @@ extern "C" {
 #define KVL_API __attribute__((visibility("default")))
 #endif
 
+/* The one source of kvlink's version (the build and the bindings read it). */
 #define KVL_VERSION_MAJOR 0
-#define KVL_VERSION_MINOR 1
+#define KVL_VERSION_MINOR 2
 #define KVL_VERSION_PATCH 0
 
 /* ===================================================================== errors */
@@ -72,7 +94,9 @@ typedef enum kvl_errno {
 KVL_API const char *kvl_strerror(int err);
 
 /* The short symbolic name of `err`, e.g. "KVL_EINVAL" ("KVL_OK" for 0,
- * "KVL_EUNKNOWN" otherwise). Never NULL. Thread-safe. */
+ * "KVL_EUNKNOWN" otherwise). Never NULL. Thread-safe. Codes are -1, -2, …
+ * without gaps, so bindings can read the whole table by asking until
+ * "KVL_EUNKNOWN". */
 KVL_API const char *kvl_err_name(int err);
 
 /* The library version as "MAJOR.MINOR.PATCH". Static string. Thread-safe. */
@@ -84,15 +108,227 @@ KVL_API const char *kvl_version(void);
  * give 0. Thread-safe. */
 KVL_API int kvl_has_feature(const char *name);
 
+/* The handles and the page hash, described in their sections below. */
+typedef struct kvl_linker kvl_linker;
+typedef struct kvl_layout kvl_layout;
+typedef struct kvl_store kvl_store;
+typedef struct kvl_hash kvl_hash;
+
+/* ===================================================================== linker */
+
+/* The linker is the engine-facing object: lookups across ranks, layer-wise
+ * loads in batches, background offloads, cancellation and completions.
+ *
+ * Life of a load: kvl_linker_load queues a request; kvl_linker_start takes
+ * every queued load as one batch; the loader thread reads layer 0 of every
+ * page of the batch, then layer 1, … straight into the destination slots and
+ * marks each layer complete; kvl_linker_wait returns once a layer is
+ * complete; the request then completes (kvl_linker_poll) with its status and
+ * the number of leading pages that are valid.
+ *
+ * Exactly once: every request that load or offload accepted (returned 0) is
+ * reported by kvl_linker_poll exactly once: succeeded, failed, or canceled.
+ * A call that returned an error accepted nothing and reports nothing.
+ *
+ * Tenants: pages are named by their hashes only. Engines that must not share
+ * pages (tenants, cache salts, LoRA adapters) hash them in different
+ * namespaces: kvl_namespace_seed's seed as kvl_hash_pages' prior.
+ *
+ * Memory: slots named in a load are written by the loader until the request
+ * completes; slots named in an offload are read until it completes: the
+ * engine must not reuse them before. The layout and store must outlive the
+ * linker. All functions are thread-safe. */
+
+/* The engine's all-reduce across ranks: replace bits[0..n_words) by the
+ * bitwise AND of every rank's bits, in place, and return 0 (or a negative
+ * kvl_errno, which kvlink passes on). Called from the thread that called
+ * kvlink; every rank calls it once per lookup with the same n_words. */
+typedef int (*kvl_allreduce_fn)(uint64_t *bits, size_t n_words, void *user);
+
+/* Options of kvl_linker_open. Zero means "the default" for every field, so
+ * `kvl_linker_opts o = KVL_LINKER_OPTS_INIT;` is a valid start. struct_size
+ * lets later versions add fields without breaking callers built against
+ * this one. */
+typedef struct kvl_linker_opts {
+	uint32_t struct_size;      /* sizeof(kvl_linker_opts) */
+	/* All-reduce across ranks for lookups; NULL: this is the only rank. */
+	kvl_allreduce_fn allreduce;
+	void *allreduce_user;
+	/* Requests (loads and offloads) accepted and not yet polled; beyond it
+	 * load/offload return KVL_EFULL. Default 4096. */
+	uint32_t max_requests;
+	/* Pages of one request. Default 1 << 20. */
+	uint32_t max_request_pages;
+	/* Items (page × pool) one store call of the loader or offloader
+	 * carries; larger batches are cut into calls of this size. Default
+	 * 4096. */
+	uint32_t io_batch;
+} kvl_linker_opts;
+#define KVL_LINKER_OPTS_INIT {.struct_size = sizeof(kvl_linker_opts)}
+
+/* Opens a linker over a store for a finalized layout (both borrowed: they
+ * must outlive the linker) and starts its loader and offloader threads.
+ * Rank information (tp/cp/pp rank and size, replicated pools) comes from the
+ * layout's shard and pool flags. Each pool's bytes move one way, chosen here:
+ * host pools straight between the store and their slots; pools on a CUDA
+ * device from the store's memory in place where the store lends it (mem:),
+ * and otherwise through a pinned ring the linker allocates: two halves of up
+ * to 64 MiB each (io_batch items' reads, or one item's if larger).
+ * out     [out] the linker; close it with kvl_linker_close.
+ * errbuf  optional buffer of errlen bytes for the reason of a failure.
+ * Errors: KVL_EINVAL (NULL, unfinalized layout, bad option), KVL_ENOTSUP
+ * (a pool on a CUDA device in a build without CUDA or without a usable
+ * device; GPU pools on two devices; a pool mixing host and CUDA buffers),
+ * KVL_EIO (the GPU copies cannot be set up), KVL_ENOMEM. */
+KVL_API int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
+                            const kvl_linker_opts *opts, kvl_linker **out,
+                            char *errbuf, size_t errlen);
+
+/* Stops the linker: new loads and offloads fail with KVL_ECLOSED; queued
+ * loads and offloads that have not started complete as KVL_ECANCELED; a
+ * running batch stops at its next layer (its unfinished layers and requests
+ * complete as KVL_ECANCELED, waiters are woken); an offload being written
+ * finishes. Joins the threads. Completions stay pollable. Idempotent. */
+KVL_API void kvl_linker_shutdown(kvl_linker *lk);
+
+/* Shuts down (as kvl_linker_shutdown) and frees the linker; completions not
+ * yet polled are dropped. NULL is a no-op. */
+KVL_API void kvl_linker_close(kvl_linker *lk);
+
+/* The message of the most recent failure on this linker (from any thread),
+ * or "" if none; "linker is NULL" for NULL. The returned string belongs to
+ * the calling thread and stays valid until its next *_errmsg call. */
+KVL_API const char *kvl_linker_errmsg(const kvl_linker *lk);
+
+/* A slot value meaning "this page is not loaded/offloaded for this pool". */
+#define KVL_NO_SLOT SIZE_MAX
+
+/* Looks up the longest prefix of `pages` restorable on all ranks: one
+ * batched existence query for every (page, pool) asked, the pools' hit
+ * policies (kvl_restorable_set), then the all-reduce across ranks.
+ *
+ * pages      n_pages page hashes, in prefix order.
+ * pool_pages optional, one entry per pool: NULL entry (or NULL array) =
+ *            check every page for that pool; else a flag per page, nonzero
+ *            = check it (a page not checked counts as absent; a pool whose
+ *            entry has no flag set does not constrain the result).
+ * prefix_out [out] the largest p restorable on every rank (0: none); 0
+ *            when the call fails (see the conventions at the top).
+ * Side-effect free (stores may count hits). Lookups on one linker run one at
+ * a time; their scratch grows to the largest lookup seen and is reused.
+ * Ranks: once the arguments are valid, every call takes part in the
+ * all-reduce exactly once, also when this rank's store query fails (it then
+ * offers only the empty prefix), so other ranks never wait for it.
+ * Errors: KVL_EINVAL (NULL, or pool_pages asking for no page), KVL_ERANGE
+ * (n_pages > max_request_pages; returned before the all-reduce), KVL_EIO
+ * (store down), KVL_ENOMEM, or the all-reduce's error. */
+KVL_API int kvl_linker_lookup(kvl_linker *lk, const kvl_hash *pages,
+                              size_t n_pages,
+                              const uint8_t *const *pool_pages,
+                              size_t *prefix_out);
+
+/* Queues a load of n_pages pages for request `id`.
+ * slots   one entry per pool: NULL = nothing of that pool; else n_pages
+ *         destination slots, KVL_NO_SLOT for a page not loaded in that pool
+ *         (e.g. only the trailing window of a sliding-window pool).
+ * Errors: KVL_EEXIST (a load with this id is queued or running),
+ * KVL_ERANGE (a slot beyond its pool), KVL_EINVAL (NULL arguments, no pages,
+ * nothing to load), KVL_EFULL (max_requests reached), KVL_ECLOSED. */
+KVL_API int kvl_linker_load(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
+                            size_t n_pages, const size_t *const *slots);
+
+/* Withdraws the queued load `id` if its batch has not started: it then
+ * completes as KVL_ECANCELED with 0 valid pages. [out] canceled_out: 1 if
+ * withdrawn, 0 if it had already started (it will complete normally).
+ * Errors: KVL_ENOTFOUND (no load with this id is queued or running). */
+KVL_API int kvl_linker_cancel(kvl_linker *lk, uint64_t id, int *canceled_out);
+
+/* Takes every queued load as one batch and hands it to the loader; [out]
+ * batch_out its id (an empty batch is valid: all its layers are complete).
+ * Errors: KVL_EFULL (KVL_LINKER_MAX_BATCHES batches not yet finished),
+ * KVL_ECLOSED. */
+#define KVL_LINKER_MAX_BATCHES 64
+KVL_API int kvl_linker_start(kvl_linker *lk, uint64_t *batch_out);
+
+/* Number of model layers a batch has: 1 + the highest layer of any pool
+ * (0 for NULL). */
+KVL_API uint32_t kvl_linker_layers(const kvl_linker *lk);
+
+/* Blocks until layer `layer` of batch `batch` is complete or timeout_ms
+ * passes (0: do not block; UINT32_MAX: no limit). Returns 0 when that layer
+ * and every earlier one loaded without error; else the first error of the
+ * batch (a failure at layer l fails every later wait of the batch:
+ * KVL_EIO, KVL_ECORRUPT, KVL_ENOTFOUND for a page evicted since lookup,
+ * KVL_ECANCELED at shutdown), KVL_ETIMEDOUT, KVL_ERANGE (layer beyond
+ * kvl_linker_layers), KVL_ENOTFOUND (unknown or too old batch). Which
+ * requests failed, and how many of their pages are still valid, comes from
+ * the completions. */
+KVL_API int kvl_linker_wait(kvl_linker *lk, uint64_t batch, uint32_t layer,
+                            uint32_t timeout_ms);
+
+/* Makes CUDA stream `stream` (a cudaStream_t; NULL: the legacy default
+ * stream) wait on the GPU until layer `layer` of batch `batch` is in its
+ * destination slots. Returns once the wait is enqueued: the CPU blocks at
+ * most until the loader has issued that layer's copies, never for the
+ * copies themselves. A layer whose load failed is still waited for (its
+ * slots hold what was copied); the failure is reported as by
+ * kvl_linker_wait: the return value (KVL_EIO, …) when it is known at
+ * enqueue time, and always through the completions, which say which
+ * requests' pages are valid. A linker without GPU pools (or a build without
+ * CUDA) has nothing to copy on a stream: this then waits on the CPU exactly
+ * as kvl_linker_wait. Errors as kvl_linker_wait, plus KVL_EIO (a CUDA call
+ * failed: the message says which). */
+KVL_API int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch,
+                                   uint32_t layer, void *stream,
+                                   uint32_t timeout_ms);
+
+/* Queues an offload: copies every layer of pages[i] from slots[pool][i]
+ * into store objects in the background. Pages already stored are skipped
+ * and count as stored; a pool replicated across tensor ranks is written by
+ * tp rank 0 only (other ranks count it as stored). The slots must not change
+ * until the request completes.
+ * event   optional CUDA event (a cudaEvent_t) recorded by the engine after
+ *         the kernels that wrote those pages: the copies out of GPU slots
+ *         start only after it has completed; it must stay valid until the
+ *         request completes. NULL: the pages are written already.
+ * Errors: KVL_EEXIST (an offload with this id is queued or running),
+ * KVL_EFULL (max_requests reached: nothing queued; try after polling),
+ * KVL_ENOTSUP (an event, but no pool lives on a CUDA device), KVL_ERANGE,
+ * KVL_EINVAL, KVL_ECLOSED. */
+KVL_API int kvl_linker_offload(kvl_linker *lk, uint64_t id,
+                               const kvl_hash *pages, size_t n_pages,
+                               const size_t *const *slots, void *event);
+
+/* Blocks until every offload queued before the call has completed, or
+ * timeout_ms passes (KVL_ETIMEDOUT). */
+KVL_API int kvl_linker_flush(kvl_linker *lk, uint32_t timeout_ms);
+
+typedef enum kvl_req_kind { KVL_REQ_LOAD = 1, KVL_REQ_OFFLOAD = 2 } kvl_req_kind;
+
+/* The outcome of one request. */
+typedef struct kvl_completion {
+	uint64_t id;
+	kvl_req_kind kind;
+	int status;         /* 0, or the first error (KVL_ECANCELED, …) */
+	size_t valid_pages; /* leading pages fully loaded / stored */
+	size_t n_pages;     /* pages in the request */
+} kvl_completion;
+
+/* Moves up to cap completions into [out] out, oldest first; [out] n_out
+ * their number. With timeout_ms > 0 waits that long for at least one.
+ * Never reports a request twice. */
+KVL_API int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
+                            size_t *n_out, uint32_t timeout_ms);
+
 /* ===================================================================== hashes */
 
 #define KVL_HASH_BYTES 32
 #define KVL_HASH_HEX_LEN 64 /* printed length, without the NUL */
 
 /* A 32-byte page hash. Equal hash means equal page and equal prefix. */
-typedef struct kvl_hash {
+struct kvl_hash {
 	uint8_t bytes[KVL_HASH_BYTES];
-} kvl_hash;
+};
 
 /* Hashes every whole page of `tokens`:
  *   h_i = SHA-256(h_{i-1} ‖ the page's tokens as u32 little-endian)
@@ -105,7 +341,8 @@ typedef struct kvl_hash {
  *
  * tokens      n_tokens ids (may be NULL when n_tokens is 0).
  * page_size   tokens per page, > 0.
- * prior       optional hash that precedes page 0 (e.g. a namespace seed).
+ * prior       optional hash that precedes page 0: a namespace seed
+ *             (kvl_namespace_seed) keeps tenants' pages apart.
  * out         [out] room for out_cap hashes.
  * n_out       [out] number of pages hashed: n_tokens / page_size.
  *
@@ -118,20 +355,22 @@ KVL_API int kvl_hash_pages(const uint64_t *tokens, size_t n_tokens,
                            size_t page_size, const kvl_hash *prior,
                            kvl_hash *out, size_t out_cap, size_t *n_out);
 
-/* Derives a namespace seed from salt strings (tenant id, cache salt, …), for use
- * as `prior` of page 0, so that tenants never share pages:
+/* Derives a namespace seed from salt strings (tenant id, cache salt, …), for
+ * use as kvl_hash_pages' prior, so that tenants never share pages:
  *   SHA-256("kvlink-namespace-v1" ‖ for each salt: u64 LE byte length ‖ bytes)
  * Different salt lists (order included) give different seeds.
  * Errors: KVL_EINVAL (n_salts 0, a NULL salt, NULL out). Thread-safe. */
 KVL_API int kvl_namespace_seed(const char *const *salts, size_t n_salts,
                                kvl_hash *out);
 
-/* Writes the 64 lowercase hex characters of `h` and a NUL into `hex`
- * (KVL_HASH_HEX_LEN + 1 bytes). Thread-safe. */
-KVL_API void kvl_hash_to_hex(const kvl_hash *h, char *hex);
+/* Writes the 64 lowercase hex characters of `h` and a NUL into [out] `hex`
+ * (len bytes: at least KVL_HASH_HEX_LEN + 1). Errors: KVL_EINVAL (NULL),
+ * KVL_ERANGE (len too small; nothing written). Thread-safe. */
+KVL_API int kvl_hash_to_hex(const kvl_hash *h, char *hex, size_t len);
 
 /* Parses exactly 64 hex characters (either case) into [out] `h`.
- * Errors: KVL_EINVAL (NULL), KVL_EPARSE (wrong length or a non-hex character). */
+ * Errors: KVL_EINVAL (NULL), KVL_EPARSE (wrong length or a non-hex character).
+ * Thread-safe. */
 KVL_API int kvl_hash_from_hex(const char *hex, kvl_hash *h);
 
 /* ==================================================================== layouts */
@@ -140,24 +379,8 @@ KVL_API int kvl_hash_from_hex(const char *hex, kvl_hash *h);
  * each component's pages live. Build it with kvl_layout_create, add pools and
  * buffers, then kvl_layout_finalize; after that it is immutable and may be
  * read by any number of threads, and the memory it describes must stay valid
- * until every linker that uses it is closed.
- *
- * Object format. A store object holds one page of one pool on one rank shard:
- * a header (kvl_layout_object_size says how long) followed by the payload,
- * layer-major: for each layer of the pool in ascending order, for each
- * component in the order first added to the pool, that component's
- * page_bytes.
- *
- * Key format (what kvl_layout_key writes), fields separated by ':':
- *   kvl1:<model_tag>:<pool fingerprint, 32 hex>:<page hash, 64 hex>:<pool>:<shard>
- * where <shard> is "tp<t>_cp<c>_pp<p>" with this layout's ranks, or
- * "cp<c>_pp<p>" for a pool replicated across tensor-parallel ranks. The pool
- * fingerprint covers the model tag, page size, the shard sizes (tp, cp, pp;
- * not the rank indices) and the pool's definition (name, hit policy, window,
- * replication, and every component's name, layers and bytes per page), so
- * engines with a different model, shape or parallelism never share keys while
- * adding a new pool leaves the other pools' keys unchanged. */
-typedef struct kvl_layout kvl_layout;
+ * until every linker that uses it is closed. How a page of a pool becomes
+ * a store object is under "object format" in the advanced part. */
 
 typedef enum kvl_mem_kind {
 	KVL_MEM_HOST = 0, /* ordinary (or pinned) host memory */
@@ -257,9 +480,8 @@ KVL_API int kvl_layout_finalize(kvl_layout *layout);
 /* Frees a layout. NULL is a no-op. Must not be in use by a linker. */
 KVL_API void kvl_layout_free(kvl_layout *layout);
 
-/* The message of the most recent failure on this layout (from any thread),
- * or "" if none. The returned string belongs to the calling thread and stays
- * valid until its next *_errmsg call. */
+/* The message of the most recent failure on this layout (rules as
+ * kvl_linker_errmsg; "layout is NULL" for NULL). */
 KVL_API const char *kvl_layout_errmsg(const kvl_layout *layout);
 
 /* The following queries need a finalized layout (else KVL_ESTATE), are
@@ -275,12 +497,13 @@ KVL_API int kvl_layout_pool_info(const kvl_layout *layout, int pool,
                                  kvl_hit_policy *policy_out,
                                  uint32_t *window_out, uint32_t *flags_out);
 
-/* page_size tokens per page, and this layout's shard. */
+/* page_size tokens per page (0 for NULL), and this layout's shard
+ * (KVL_SHARD_SINGLE for NULL). */
 KVL_API uint32_t kvl_layout_page_size(const kvl_layout *layout);
 KVL_API kvl_shard kvl_layout_shard(const kvl_layout *layout);
 
 /* The model layers pool `pool` has, ascending, into [out] `layers` (room for
- * cap) and their count into [out] n_out. KVL_ERANGE if cap is too small
+ * cap) and their count into [needed] n_out. KVL_ERANGE if cap is too small
  * (n_out still says how many are needed). */
 KVL_API int kvl_layout_pool_layers(const kvl_layout *layout, int pool,
                                    uint32_t *layers, size_t cap, size_t *n_out);
@@ -288,101 +511,6 @@ KVL_API int kvl_layout_pool_layers(const kvl_layout *layout, int pool,
 /* Number of page slots of the pool's buffers. */
 KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
                                   size_t *pages_out);
-
-/* [out] total object size of one page of `pool` in the store (header +
- * payload), and [out] header_out the header's share of it (either may be
- * NULL). */
-KVL_API int kvl_layout_object_size(const kvl_layout *layout, int pool,
-                                   size_t *size_out, size_t *header_out);
-
-/* [out] offset (inside the object, header included) and length of model layer
- * `layer` of `pool`. KVL_ENOTFOUND if the pool has no buffers at that layer. */
-KVL_API int kvl_layout_layer_range(const kvl_layout *layout, int pool,
-                                   uint32_t layer, size_t *offset_out,
-                                   size_t *len_out);
-
-/* The ordered (address, length) pieces of page slot `slot` of `pool` for one
- * model layer, or for every layer with KVL_ALL_LAYERS, in object payload
- * order. Writes up to cap pieces to [out] `pieces` and their number to [out]
- * n_out. Errors: KVL_ERANGE (slot >= the pool's pages, or cap too small:
- * n_out then says how many are needed), KVL_ENOTFOUND (unknown pool, or no
- * buffers at that layer). */
-KVL_API int kvl_layout_page_pieces(const kvl_layout *layout, int pool,
-                                   size_t slot, uint32_t layer, kvl_iov *pieces,
-                                   size_t cap, size_t *n_out);
-
-/* [out] hex: 32 lowercase hex chars and a NUL (33 bytes): the fingerprint of
- * pool `pool`, or of the whole layout (all pools) when pool is -1. Stable
- * across processes, machines and kvlink versions of the same key format. */
-KVL_API int kvl_layout_fingerprint(const kvl_layout *layout, int pool,
-                                   char *hex);
-
-/* Writes the store key of page `page` of `pool` for this layout's shard into
- * [out] buf (buflen bytes; KVL_KEY_MAX always suffices), NUL-terminated.
- * Errors: KVL_ERANGE (buflen too small), KVL_ENOTFOUND, KVL_EINVAL (NULL). */
-KVL_API int kvl_layout_key(const kvl_layout *layout, int pool,
-                           const kvl_hash *page, char *buf, size_t buflen);
-
-/* ========================================================== restorable sets */
-
-/* A restorable set is a bitmap over prefix lengths p = 0..n_pages (in pages):
- * bit p (word p / 64, bit p % 64) is set when a prefix of p pages can be
- * restored. Bit 0 is always set. kvl_bitmap_words gives the words needed. */
-static inline size_t kvl_bitmap_words(size_t n_pages)
-{
-	return n_pages / 64 + 1;
-}
-
-/* One pool's hit policy, as given to kvl_restorable_set. */
-typedef struct kvl_policy {
-	kvl_hit_policy kind;
-	uint32_t window; /* for KVL_HIT_TRAILING_PAGES, >= 1 */
-} kvl_policy;
-
-/* Computes the restorable set of `n_pages` requested pages from per-pool
- * existence: present[i][j] != 0 when page j exists for pool i. A NULL
- * present[i] leaves pool i out (it does not constrain the set).
- *   KVL_HIT_ALL_PAGES        keeps p in 1..m, m = index of the first missing
- *                            page (n_pages if none is missing)
- *   KVL_HIT_TRAILING_PAGES w keeps every p >= 1 whose pages
- *                            [max(0,p-w), p) all exist
- * and pools intersect. Writes kvl_bitmap_words(n_pages) words to [out] bits
- * (words beyond that are left alone). With n_pools 0, policies and present
- * may be NULL. Errors (nothing written): KVL_EINVAL (unknown policy kind,
- * window 0, NULL arrays), KVL_ERANGE (n_words too small). Thread-safe;
- * allocates nothing. */
-KVL_API int kvl_restorable_set(size_t n_pages, size_t n_pools,
-                               const kvl_policy *policies,
-                               const uint8_t *const *present, uint64_t *bits,
-                               size_t n_words);
-
-/* The largest p whose bit is set in `bits` (0 if only bit 0). */
-KVL_API size_t kvl_bitmap_max(const uint64_t *bits, size_t n_words);
-
-/* The engine's all-reduce across ranks: replace bits[0..n_words) by the
- * bitwise AND of every rank's bits, in place, and return 0 (or a negative
- * kvl_errno, which kvlink passes on). Called from the thread that called
- * kvlink; every rank calls it once per lookup with the same n_words. */
-typedef int (*kvl_allreduce_fn)(uint64_t *bits, size_t n_words, void *user);
-
-/* In-process all-reduce for ranks that are threads of one process. Create one
- * group for n_ranks threads and pass kvl_rank_group_allreduce with the group
- * as `user`. Each round waits for all n_ranks callers; a caller that waits
- * longer than timeout_ms (0: do not wait at all) gets KVL_ETIMEDOUT and the
- * group is then broken: callers already waiting in that round and every
- * later call fail with KVL_ESTATE (ranks have lost step). A round in which
- * callers pass different n_words, a NULL bitmap or n_words 0 fails for all
- * of its callers with KVL_EINVAL and writes no bitmap; the group stays
- * usable. kvl_rank_group_allreduce is thread-safe and blocks until the
- * round completes or times out.
- * Errors of create: KVL_EINVAL (n_ranks 0, NULL out), KVL_ENOMEM. */
-typedef struct kvl_rank_group kvl_rank_group;
-KVL_API int kvl_rank_group_create(unsigned n_ranks, unsigned timeout_ms,
-                                  kvl_rank_group **out);
-KVL_API int kvl_rank_group_allreduce(uint64_t *bits, size_t n_words,
-                                     void *group);
-/* Frees the group; no thread may be inside kvl_rank_group_allreduce. */
-KVL_API void kvl_rank_group_free(kvl_rank_group *group);
 
 /* ===================================================================== stores */
 
@@ -426,14 +554,6 @@ KVL_API void kvl_rank_group_free(kvl_rank_group *group);
  *       (options prefixed fault.; see docs/stores.md)
  * Stores are thread-safe: any number of threads may call any function on one
  * store at once, except kvl_store_close. */
-typedef struct kvl_store kvl_store;
-
-/* A byte range of a stored object and where to copy it. */
-typedef struct kvl_range {
-	uint64_t offset; /* in the object */
-	void *addr;      /* destination */
-	size_t len;
-} kvl_range;
 
 /* Per-key results of kvl_store_put. */
 #define KVL_PUT_STORED 0  /* newly stored */
@@ -461,13 +581,73 @@ typedef struct kvl_store_stats {
 KVL_API int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
                            size_t errlen);
 
+/* The name of the embedded store's eviction policy number i ("slru", the
+ * default, is 0; "lru" is 1), or NULL past the last: what mem:'s policy=
+ * option takes, for tools that list or sweep them. Static strings.
+ * Thread-safe. */
+KVL_API const char *kvl_mem_policy_name(size_t i);
+
+/* Parses a byte size as store options take them: decimal digits and an
+ * optional suffix K, M, G, T or KiB, MiB, GiB, TiB (powers of 1024; either
+ * case), below 2^64, into [out] *out. Errors: KVL_EPARSE (NULL, empty, a
+ * bad suffix, too large). Thread-safe. */
+KVL_API int kvl_parse_size(const char *s, uint64_t *out);
+
 /* Closes the store and frees everything it holds. No call on it may be in
  * progress or follow. NULL is a no-op. */
 KVL_API void kvl_store_close(kvl_store *store);
 
-/* The message of the most recent failure on this store (same rules as
- * kvl_layout_errmsg). */
+/* The message of the most recent failure on this store (rules as
+ * kvl_linker_errmsg; "store is NULL" for NULL). */
 KVL_API const char *kvl_store_errmsg(const kvl_store *store);
+
+/* Announces memory that transfers will touch (engine pools, staging), so
+ * that backends that need it can register it (pinning, RDMA). Backends that
+ * need nothing accept it. Errors: KVL_EINVAL (NULL or zero length). */
+KVL_API int kvl_store_register(kvl_store *store, void *addr, size_t len,
+                               kvl_mem_kind mem);
+
+/* [out] a snapshot of the store's counters. */
+KVL_API int kvl_store_stats_get(kvl_store *store, kvl_store_stats *out);
+
+/* ====================================================================== stats */
+
+typedef enum kvl_stats_format {
+	KVL_STATS_PROMETHEUS = 0, /* Prometheus text exposition format */
+	KVL_STATS_JSON = 1        /* one JSON object */
+} kvl_stats_format;
+
+/* Renders the linker's counters (lookups, hit pages, loaded and offloaded
+ * pages and bytes, failures, cancellations), its latency histograms (lookup,
+ * load batch, offload; buckets of 2^i microseconds) and its store's stats
+ * into [out] buf (len bytes, NUL-terminated). [needed] (optional) gets the
+ * length the text needs, without the NUL. Counters are read one by one
+ * while the linker runs: each is exact, the set is not one instant.
+ * Errors: KVL_EINVAL (NULL linker, unknown format), KVL_ERANGE (len too
+ * small: needed says how much). Thread-safe. */
+KVL_API int kvl_linker_stats_render(kvl_linker *lk, kvl_stats_format format,
+                                    char *buf, size_t len, size_t *needed);
+
+/* The same for a store alone (objects, bytes, capacity, hits, misses, puts,
+ * evictions, errors). */
+KVL_API int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
+                                   char *buf, size_t len, size_t *needed);
+
+/* =================================================================== advanced */
+
+/* The building blocks the linker is made of, for tools, tests and engines
+ * that need one piece without the rest. An engine that restores pages uses
+ * the linker, which adds queues, layer-wise waits, ranks and GPU copies on
+ * top of these. */
+
+/* ------------------------------------------------------ store batch calls */
+
+/* A byte range of a stored object and where to copy it. */
+typedef struct kvl_range {
+	uint64_t offset; /* in the object */
+	void *addr;      /* destination */
+	size_t len;
+} kvl_range;
 
 /* Checks which of n keys are present: [out] results[i] is 1 (present), 0
  * (absent) or a negative code for that key. Returns 0 when the call was
@@ -478,15 +658,15 @@ KVL_API int kvl_store_exists(kvl_store *store, const char *const *keys,
 
 /* Reads byte ranges of n objects straight into caller memory. Key i has
  * n_ranges[i] consecutive entries of `ranges` (key 0 first). [out]
- * results[i] is the bytes copied for key i or a negative code: KVL_ENOTFOUND
- * (absent: nothing of it was written), KVL_ERANGE (a range beyond the
- * object), KVL_EIO (also a remote store's timeout). A key's ranges are all
- * read or the key fails. Returns as
- * kvl_store_exists. The embedded store allocates nothing here and an object
- * being read is never freed under the reader. */
+ * results[i] is 0 when every range of key i was read, or a negative code:
+ * KVL_ENOTFOUND (absent: nothing of it was written), KVL_ERANGE (a range
+ * beyond the object), KVL_EIO (also a remote store's timeout). A key's
+ * ranges are all read or the key fails. Returns as kvl_store_exists. The
+ * embedded store allocates nothing here and an object being read is never
+ * freed under the reader. */
 KVL_API int kvl_store_get(kvl_store *store, const char *const *keys, size_t n,
                           const kvl_range *ranges, const size_t *n_ranges,
-                          int64_t *results);
+                          int *results);
 
 /* Stores n objects if absent. Object i is the concatenation of n_pieces[i]
  * consecutive entries of `pieces`. [out] results[i] is KVL_PUT_STORED,
@@ -502,21 +682,13 @@ KVL_API int kvl_store_put(kvl_store *store, const char *const *keys, size_t n,
 KVL_API int kvl_store_remove(kvl_store *store, const char *const *keys,
                              size_t n, int *results);
 
-/* Announces memory that transfers will touch (engine pools, staging), so
- * that backends that need it can register it (pinning, RDMA). Backends that
- * need nothing accept it. Errors: KVL_EINVAL (NULL or zero length). */
-KVL_API int kvl_store_register(kvl_store *store, void *addr, size_t len,
-                               kvl_mem_kind mem);
+/* --------------------------------------------------------------- page I/O */
 
-/* [out] a snapshot of the store's counters. */
-KVL_API int kvl_store_stats_get(kvl_store *store, kvl_store_stats *out);
-
-/* ================================================================= page I/O */
-
-/* Synchronous, batched page I/O between a layout's slots and a store: the
- * building blocks of the linker, usable directly by simple engines and
- * tools. Each call handles n pages of one pool; [out] results[i] is the
- * page's outcome. They are thread-safe for a finalized layout and allocate
+/* Synchronous, batched page I/O between a layout's slots and a store, on the
+ * same page codec (object header, checksums, read check) as the linker,
+ * usable directly by simple engines and tools. Each call handles n pages of
+ * one pool; [out] results[i] is the page's outcome; failures name the page
+ * in the store's message. They are thread-safe for a finalized layout and allocate
  * one scratch array per call (never per page).
  *
  * Integrity: every object starts with a header that carries a magic, a format
@@ -525,11 +697,12 @@ KVL_API int kvl_store_stats_get(kvl_store *store, kvl_store_stats *out);
  * the payload length and one checksum per layer (objects written to a
  * trusted store say they carry none). kvl_pages_get checks the header
  * always, and the checksums of the layers it reads when the store is not
- * trusted (see the store's verify option). A page that fails a check is not valid: its result
- * is KVL_ECORRUPT (the slot may have been written; treat it as garbage). */
+ * trusted (see the store's verify option). A page that fails a check is
+ * not valid: its result is KVL_ECORRUPT (the slot may have been written;
+ * treat it as garbage). */
 
 /* results[i]: 1 present, 0 absent, <0 error. One batched store query. */
-KVL_API int kvl_pages_exist(kvl_store *store, const kvl_layout *layout,
+KVL_API int kvl_pages_exists(kvl_store *store, const kvl_layout *layout,
                             int pool, const kvl_hash *pages, size_t n,
                             int *results);
 
@@ -546,236 +719,117 @@ KVL_API int kvl_pages_get(kvl_store *store, const kvl_layout *layout, int pool,
                           const kvl_hash *pages, const size_t *slots, size_t n,
                           uint32_t layer, int *results);
 
-/* ===================================================================== linker */
+/* --------------------------------------------------------- object format */
 
-/* The linker is the engine-facing object: lookups across ranks, layer-wise
- * loads in batches, background offloads, cancellation and completions.
+/* Object format. A store object holds one page of one pool on one rank shard:
+ * a header (kvl_layout_object_size says how long) followed by the payload,
+ * layer-major: for each layer of the pool in ascending order, for each
+ * component in the order first added to the pool, that component's
+ * page_bytes.
  *
- * Life of a load: kvl_linker_load queues a request; kvl_linker_start takes
- * every queued load as one batch; the loader thread reads layer 0 of every
- * page of the batch, then layer 1, … straight into the destination slots and
- * marks each layer complete; kvl_linker_wait returns once a layer is
- * complete; the request then completes (kvl_linker_poll) with its status and
- * the number of leading pages that are valid.
- *
- * Exactly once: every request that load or offload accepted (returned 0) is
- * reported by kvl_linker_poll exactly once: succeeded, failed, or canceled.
- * A call that returned an error accepted nothing and reports nothing.
- *
- * Memory: slots named in a load are written by the loader until the request
- * completes; slots named in an offload are read until it completes: the
- * engine must not reuse them before. The layout and store must outlive the
- * linker. All functions are thread-safe. */
-typedef struct kvl_linker kvl_linker;
+ * Key format (what kvl_layout_key writes), fields separated by ':':
+ *   kvl1:<model_tag>:<pool fingerprint, 32 hex>:<page hash, 64 hex>:<pool>:<shard>
+ * where <shard> is "tp<t>_cp<c>_pp<p>" with this layout's ranks, or
+ * "cp<c>_pp<p>" for a pool replicated across tensor-parallel ranks. The pool
+ * fingerprint covers the model tag, page size, the shard sizes (tp, cp, pp;
+ * not the rank indices) and the pool's definition (name, hit policy, window,
+ * replication, and every component's name, layers and bytes per page), so
+ * engines with a different model, shape or parallelism never share keys while
+ * adding a new pool leaves the other pools' keys unchanged. */
 
-/* Options of kvl_linker_open. Zero means "the default" for every field, so
- * `kvl_linker_opts o = KVL_LINKER_OPTS_INIT;` is a valid start. struct_size
- * lets later versions add fields without breaking callers built against
- * this one. */
-typedef struct kvl_linker_opts {
-	uint32_t struct_size;      /* sizeof(kvl_linker_opts) */
-	/* All-reduce across ranks for lookups; NULL: this is the only rank. */
-	kvl_allreduce_fn allreduce;
-	void *allreduce_user;
-	/* Requests (loads and offloads) accepted and not yet polled; beyond it
-	 * load/offload return KVL_EFULL. Default 4096. */
-	uint32_t max_requests;
-	/* Pages of one request. Default 1 << 20. */
-	uint32_t max_request_pages;
-	/* Items (page × pool) one store call of the loader or offloader
-	 * carries; larger batches are cut into calls of this size. Default
-	 * 4096. */
-	uint32_t io_batch;
-} kvl_linker_opts;
-#define KVL_LINKER_OPTS_INIT {.struct_size = sizeof(kvl_linker_opts)}
+/* The queries below need a finalized layout (else KVL_ESTATE), are
+ * thread-safe and allocate nothing. Unknown pool ids give KVL_ENOTFOUND. */
 
-/* Opens a linker over a finalized layout and a store (both borrowed: they
- * must outlive the linker) and starts its loader and offloader threads.
- * Rank information (tp/cp/pp rank and size, replicated pools) comes from the
- * layout's shard and pool flags. With pools on a CUDA device, loads copy
- * straight from the store's memory where the store lends it (mem:), and
- * otherwise through a pinned ring the linker allocates: two halves of up to
- * 64 MiB each (io_batch items' reads, or one item's if larger).
- * Errors: KVL_EINVAL (NULL, unfinalized layout, bad option), KVL_ENOTSUP
- * (a pool on a CUDA device in a build without CUDA or without a usable
- * device; GPU pools on two devices; a pool mixing host and CUDA buffers),
- * KVL_EIO (the GPU copies cannot be set up), KVL_ENOMEM. */
-KVL_API int kvl_linker_open(const kvl_layout *layout, kvl_store *store,
-                            const kvl_linker_opts *opts, kvl_linker **out,
-                            char *errbuf, size_t errlen);
+/* [out] total object size of one page of `pool` in the store (header +
+ * payload), and [out] header_out the header's share of it (either may be
+ * NULL). */
+KVL_API int kvl_layout_object_size(const kvl_layout *layout, int pool,
+                                   size_t *size_out, size_t *header_out);
 
-/* Stops the linker: new loads and offloads fail with KVL_ECLOSED; queued
- * loads and offloads that have not started complete as KVL_ECANCELED; a
- * running batch stops at its next layer (its unfinished layers and requests
- * complete as KVL_ECANCELED, waiters are woken); an offload being written
- * finishes. Joins the threads. Completions stay pollable. Idempotent. */
-KVL_API void kvl_linker_shutdown(kvl_linker *lk);
+/* [out] offset (inside the object, header included) and length of model layer
+ * `layer` of `pool`. KVL_ENOTFOUND if the pool has no buffers at that layer. */
+KVL_API int kvl_layout_layer_range(const kvl_layout *layout, int pool,
+                                   uint32_t layer, size_t *offset_out,
+                                   size_t *len_out);
 
-/* Shuts down (as kvl_linker_shutdown) and frees the linker; completions not
- * yet polled are dropped. NULL is a no-op. */
-KVL_API void kvl_linker_close(kvl_linker *lk);
+/* The ordered (address, length) pieces of page slot `slot` of `pool` for one
+ * model layer, or for every layer with KVL_ALL_LAYERS, in object payload
+ * order. Writes up to cap pieces to [out] `pieces` and their number to
+ * [needed] n_out. Errors: KVL_ERANGE (slot >= the pool's pages, or cap too
+ * small: n_out then says how many are needed), KVL_ENOTFOUND (unknown pool,
+ * or no buffers at that layer). */
+KVL_API int kvl_layout_page_pieces(const kvl_layout *layout, int pool,
+                                   size_t slot, uint32_t layer, kvl_iov *pieces,
+                                   size_t cap, size_t *n_out);
 
-/* The message of the most recent failure on this linker (rules as
- * kvl_layout_errmsg). */
-KVL_API const char *kvl_linker_errmsg(const kvl_linker *lk);
+/* [out] hex: 32 lowercase hex chars and a NUL (len bytes: at least 33): the
+ * fingerprint of pool `pool`, or of the whole layout (all pools) when pool
+ * is -1. Stable across processes, machines and kvlink versions of the same
+ * key format. KVL_ERANGE when len is too small (nothing written). */
+KVL_API int kvl_layout_fingerprint(const kvl_layout *layout, int pool,
+                                   char *hex, size_t len);
 
-/* A slot value meaning "this page is not loaded/offloaded for this pool". */
-#define KVL_NO_SLOT SIZE_MAX
+/* Writes the store key of page `page` of `pool` for this layout's shard into
+ * [out] buf (buflen bytes; KVL_KEY_MAX always suffices), NUL-terminated.
+ * Errors: KVL_ERANGE (buflen too small), KVL_ENOTFOUND, KVL_EINVAL (NULL). */
+KVL_API int kvl_layout_key(const kvl_layout *layout, int pool,
+                           const kvl_hash *page, char *buf, size_t buflen);
 
-/* Looks up the longest prefix of `pages` restorable on all ranks: one
- * batched existence query for every (page, pool) asked, the pools' hit
- * policies (kvl_restorable_set), then the all-reduce across ranks.
- *
- * pages      n_pages page hashes, in prefix order.
- * ns         optional namespace seed: pages are then stored and found as
- *            page ⊕ ns (bytewise XOR), so different seeds never share
- *            objects. Pass the same ns to load and offload.
- * pool_pages optional, one entry per pool: NULL entry (or NULL array) =
- *            check every page for that pool; else a flag per page, nonzero
- *            = check it (a page not checked counts as absent; a pool whose
- *            entry has no flag set does not constrain the result).
- * prefix_out [out] the largest p restorable on every rank (0: none); set
- *            to 0 also when the call fails, unlike other outputs.
- * Side-effect free (stores may count hits). Lookups on one linker run one at
- * a time; their scratch grows to the largest lookup seen and is reused.
- * Ranks: once the arguments are valid, every call takes part in the
- * all-reduce exactly once, also when this rank's store query fails (it then
- * offers only the empty prefix), so other ranks never wait for it.
- * Errors: KVL_EINVAL (NULL, or pool_pages asking for no page), KVL_ERANGE
- * (n_pages > max_request_pages; returned before the all-reduce), KVL_EIO
- * (store down), KVL_ENOMEM, or the all-reduce's error. */
-KVL_API int kvl_linker_lookup(kvl_linker *lk, const kvl_hash *pages,
-                              size_t n_pages, const kvl_hash *ns,
-                              const uint8_t *const *pool_pages,
-                              size_t *prefix_out);
+/* -------------------------------------------- restorable sets and ranks */
 
-/* Queues a load of n_pages pages for request `id`.
- * slots   one entry per pool: NULL = nothing of that pool; else n_pages
- *         destination slots, KVL_NO_SLOT for a page not loaded in that pool
- *         (e.g. only the trailing window of a sliding-window pool).
- * Errors: KVL_EEXIST (a load with this id is queued or running),
- * KVL_ERANGE (a slot beyond its pool), KVL_EINVAL (NULL arguments, no pages,
- * nothing to load), KVL_EFULL (max_requests reached), KVL_ECLOSED. */
-KVL_API int kvl_linker_load(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
-                            size_t n_pages, const kvl_hash *ns,
-                            const size_t *const *slots);
+/* A restorable set is a bitmap over prefix lengths p = 0..n_pages (in pages):
+ * bit p (word p / 64, bit p % 64) is set when a prefix of p pages can be
+ * restored. Bit 0 is always set. kvl_bitmap_words gives the words needed. */
+static inline size_t kvl_bitmap_words(size_t n_pages)
+{
+	return n_pages / 64 + 1;
+}
 
-/* Withdraws the queued load `id` if its batch has not started: it then
- * completes as KVL_ECANCELED with 0 valid pages. [out] canceled_out: 1 if
- * withdrawn, 0 if it had already started (it will complete normally).
- * Errors: KVL_ENOTFOUND (no load with this id is queued or running). */
-KVL_API int kvl_linker_cancel(kvl_linker *lk, uint64_t id, int *canceled_out);
+/* One pool's hit policy, as given to kvl_restorable_set. */
+typedef struct kvl_policy {
+	kvl_hit_policy kind;
+	uint32_t window; /* for KVL_HIT_TRAILING_PAGES, >= 1 */
+} kvl_policy;
 
-/* Takes every queued load as one batch and hands it to the loader; [out]
- * batch_out its id (an empty batch is valid: all its layers are complete).
- * Errors: KVL_EFULL (KVL_LINKER_MAX_BATCHES batches not yet finished),
- * KVL_ECLOSED. */
-#define KVL_LINKER_MAX_BATCHES 64
-KVL_API int kvl_linker_start(kvl_linker *lk, uint64_t *batch_out);
+/* Computes the restorable set of `n_pages` requested pages from per-pool
+ * existence: present[i][j] != 0 when page j exists for pool i. A NULL
+ * present[i] leaves pool i out (it does not constrain the set).
+ *   KVL_HIT_ALL_PAGES        keeps p in 1..m, m = index of the first missing
+ *                            page (n_pages if none is missing)
+ *   KVL_HIT_TRAILING_PAGES w keeps every p >= 1 whose pages
+ *                            [max(0,p-w), p) all exist
+ * and pools intersect. Writes kvl_bitmap_words(n_pages) words to [out] bits
+ * (words beyond that are left alone). With n_pools 0, policies and present
+ * may be NULL. Errors (nothing written): KVL_EINVAL (unknown policy kind,
+ * window 0, NULL arrays), KVL_ERANGE (n_words too small). Thread-safe;
+ * allocates nothing. */
+KVL_API int kvl_restorable_set(const kvl_policy *policies,
+                               const uint8_t *const *present, size_t n_pools,
+                               size_t n_pages, uint64_t *bits,
+                               size_t n_words);
 
-/* Number of model layers a batch has: 1 + the highest layer of any pool. */
-KVL_API uint32_t kvl_linker_layers(const kvl_linker *lk);
+/* The largest p whose bit is set in `bits` (0 if only bit 0). */
+KVL_API size_t kvl_bitmap_max(const uint64_t *bits, size_t n_words);
 
-/* Blocks until layer `layer` of batch `batch` is complete or timeout_ms
- * passes (0: do not block; UINT32_MAX: no limit). Returns 0 when that layer
- * and every earlier one loaded without error; else the first error of the
- * batch (a failure at layer l fails every later wait of the batch:
- * KVL_EIO, KVL_ECORRUPT, KVL_ENOTFOUND for a page evicted since lookup,
- * KVL_ECANCELED at shutdown), KVL_ETIMEDOUT, KVL_ERANGE (layer beyond
- * kvl_linker_layers), KVL_ENOTFOUND (unknown or too old batch). Which
- * requests failed, and how many of their pages are still valid, comes from
- * the completions. */
-KVL_API int kvl_linker_wait(kvl_linker *lk, uint64_t batch, uint32_t layer,
-                            uint32_t timeout_ms);
-
-/* Queues an offload: copies every layer of pages[i] from slots[pool][i]
- * into store objects in the background. Pages already stored are skipped
- * and count as stored; a pool replicated across tensor ranks is written by
- * tp rank 0 only (other ranks count it as stored). The slots must not change
- * until the request completes.
- * Errors: KVL_EEXIST (an offload with this id is queued or running),
- * KVL_EFULL (max_requests reached: nothing queued; try after polling),
- * KVL_ERANGE, KVL_EINVAL, KVL_ECLOSED. */
-KVL_API int kvl_linker_offload(kvl_linker *lk, uint64_t id,
-                               const kvl_hash *pages, size_t n_pages,
-                               const kvl_hash *ns, const size_t *const *slots);
-
-/* Blocks until every offload queued before the call has completed, or
- * timeout_ms passes (KVL_ETIMEDOUT). */
-KVL_API int kvl_linker_flush(kvl_linker *lk, uint32_t timeout_ms);
-
-typedef enum kvl_req_kind { KVL_REQ_LOAD = 1, KVL_REQ_OFFLOAD = 2 } kvl_req_kind;
-
-/* The outcome of one request. */
-typedef struct kvl_completion {
-	uint64_t id;
-	kvl_req_kind kind;
-	int status;         /* 0, or the first error (KVL_ECANCELED, …) */
-	size_t valid_pages; /* leading pages fully loaded / stored */
-	size_t n_pages;     /* pages in the request */
-} kvl_completion;
-
-/* Moves up to cap completions into [out] out, oldest first; [out] n_out
- * their number. With timeout_ms > 0 waits that long for at least one.
- * Never reports a request twice. */
-KVL_API int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
-                            size_t *n_out, uint32_t timeout_ms);
-
-/* ======================================================================= CUDA */
-
-/* Layout buffers may live on a CUDA device (kvl_buffer.mem = KVL_MEM_CUDA)
- * in builds with CUDA (kvl_has_feature("cuda")); the linker then moves pages
- * between the store and GPU slots with batched copies, and the engine's
- * compute stream can wait for a layer without blocking the CPU. Streams and
- * events are passed as `void *` holding a cudaStream_t / cudaEvent_t, so this
- * header needs no CUDA header. */
-
-/* Makes `stream` (NULL: the legacy default stream) wait on the GPU until
- * layer `layer` of batch `batch` is in its destination slots. Returns once
- * the wait is enqueued: the CPU blocks at most until the loader has issued
- * that layer's copies, never for the copies themselves. A layer whose load
- * failed is still waited for (its slots hold what was copied); the failure
- * is reported as by kvl_linker_wait: the return value (KVL_EIO, …) when it
- * is known at enqueue time, and always through the completions, which say
- * which requests' pages are valid. A linker without GPU pools (or a build
- * without CUDA) has nothing to copy on a stream: this then waits on the CPU
- * exactly as kvl_linker_wait. Errors as kvl_linker_wait, plus KVL_EIO (a
- * CUDA call failed: the message says which). Thread-safe. */
-KVL_API int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch,
-                                   uint32_t layer, void *stream,
-                                   uint32_t timeout_ms);
-
-/* As kvl_linker_offload, but the copies out of the slots start only after
- * CUDA event `event` (recorded by the engine after the kernels that wrote
- * those pages) has completed; NULL behaves as kvl_linker_offload. The event
- * must stay valid until the request completes. */
-KVL_API int kvl_linker_offload_after(kvl_linker *lk, uint64_t id,
-                                     const kvl_hash *pages, size_t n_pages,
-                                     const kvl_hash *ns,
-                                     const size_t *const *slots, void *event);
-
-/* ====================================================================== stats */
-
-typedef enum kvl_stats_format {
-	KVL_STATS_PROMETHEUS = 0, /* Prometheus text exposition format */
-	KVL_STATS_JSON = 1        /* one JSON object */
-} kvl_stats_format;
-
-/* Renders the linker's counters (lookups, hit pages, loaded and offloaded
- * pages and bytes, failures, cancellations), its latency histograms (lookup,
- * load batch, offload; buckets of 2^i microseconds) and its store's stats
- * into [out] buf (len bytes, NUL-terminated). [out] needed (optional) gets
- * the length the text needs, without the NUL. Counters are read one by one
- * while the linker runs: each is exact, the set is not one instant.
- * Errors: KVL_EINVAL (NULL linker, unknown format), KVL_ERANGE (len too
- * small: needed says how much). Thread-safe. */
-KVL_API int kvl_linker_stats(kvl_linker *lk, kvl_stats_format format,
-                             char *buf, size_t len, size_t *needed);
-
-/* The same for a store alone (objects, bytes, capacity, hits, misses, puts,
- * evictions, errors). */
-KVL_API int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
-                                   char *buf, size_t len, size_t *needed);
+/* In-process all-reduce (a kvl_allreduce_fn) for ranks that are threads of
+ * one process. Create one
+ * group for n_ranks threads and pass kvl_rank_group_allreduce with the group
+ * as `user`. Each round waits for all n_ranks callers; a caller that waits
+ * longer than timeout_ms (0: do not wait at all) gets KVL_ETIMEDOUT and the
+ * group is then broken: callers already waiting in that round and every
+ * later call fail with KVL_ESTATE (ranks have lost step). A round in which
+ * callers pass different n_words, a NULL bitmap or n_words 0 fails for all
+ * of its callers with KVL_EINVAL and writes no bitmap; the group stays
+ * usable. kvl_rank_group_allreduce is thread-safe and blocks until the
+ * round completes or times out.
+ * Errors of create: KVL_EINVAL (n_ranks 0, NULL out), KVL_ENOMEM. */
+typedef struct kvl_rank_group kvl_rank_group;
+KVL_API int kvl_rank_group_create(unsigned n_ranks, unsigned timeout_ms,
+                                  kvl_rank_group **out);
+KVL_API int kvl_rank_group_allreduce(uint64_t *bits, size_t n_words,
+                                     void *group);
+/* Frees the group; no thread may be inside kvl_rank_group_allreduce. */
+KVL_API void kvl_rank_group_free(kvl_rank_group *group);
 
 #ifdef __cplusplus
 }
