@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/kvl_assert.h"
 
 #include "evict.h"
 #include "kvlink.h"

@@ -36,7 +36,7 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/kvl_assert.h"
 
 #include "kvl_config.h"
 #include "kvlink.h"

@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/kvl_assert.h"
 
 #include "kvlink.h"
 #include "store.h"
