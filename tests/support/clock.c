@@ -19,6 +19,11 @@ uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+double now_s(void)
+{
+	return (double)now_ns() / 1e9;
+}
+
 void sleep_ms(unsigned ms)
 {
 	struct timespec ts = {.tv_sec = ms / 1000,
