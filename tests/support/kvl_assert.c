@@ -48,19 +48,17 @@ static void vreport(const char *file, int line, const char *head,
 	fflush(stderr);
 }
 
-static _Noreturn void end(const char *file, int line)
+/* After a report: the end of the test or program (fatal, or any failure
+ * under cmocka), or one more failure counted. */
+static void after(const char *file, int line, int fatal)
 {
-	if (_fail)
-		_fail(file, line); /* longjmps out of the running test */
-	exit(1);
-}
-
-/* After a non-fatal failure: counted, or fatal under cmocka. */
-static void noted(const char *file, int line)
-{
-	atomic_fetch_add(&g_failures, 1);
-	if (_fail)
-		end(file, line);
+	if (!fatal)
+		atomic_fetch_add(&g_failures, 1);
+	if (fatal || _fail) {
+		if (_fail)
+			_fail(file, line); /* longjmps out of the running test */
+		exit(1);
+	}
 }
 
 static void cmp_head(char *out, size_t n, int kind, const char *a_expr,
@@ -84,10 +82,10 @@ static void cmp_head(char *out, size_t n, int kind, const char *a_expr,
 	}
 }
 
-void kvl__test_cmp_fail(const char *file, int line, int kind,
-                        const char *a_expr, unsigned long long a,
-                        const char *e_expr, unsigned long long e,
-                        const char *fmt, ...)
+void kvl__test_cmp(const char *file, int line, int fatal, int kind,
+                   const char *a_expr, unsigned long long a,
+                   const char *e_expr, unsigned long long e, const char *fmt,
+                   ...)
 {
 	char head[1024];
 	cmp_head(head, sizeof head, kind, a_expr, a, e_expr, e);
@@ -95,37 +93,15 @@ void kvl__test_cmp_fail(const char *file, int line, int kind,
 	va_start(ap, fmt);
 	vreport(file, line, head, fmt, ap);
 	va_end(ap);
-	end(file, line);
+	after(file, line, fatal);
 }
 
-void kvl__test_cmp_note(const char *file, int line, int kind,
-                        const char *a_expr, unsigned long long a,
-                        const char *e_expr, unsigned long long e,
-                        const char *fmt, ...)
-{
-	char head[1024];
-	cmp_head(head, sizeof head, kind, a_expr, a, e_expr, e);
-	va_list ap;
-	va_start(ap, fmt);
-	vreport(file, line, head, fmt, ap);
-	va_end(ap);
-	noted(file, line);
-}
-
-void kvl__test_fail(const char *file, int line, const char *fmt, ...)
+void kvl__test_fail(const char *file, int line, int fatal, const char *fmt,
+                    ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
 	vreport(file, line, NULL, fmt, ap);
 	va_end(ap);
-	end(file, line);
-}
-
-void kvl__test_note(const char *file, int line, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vreport(file, line, NULL, fmt, ap);
-	va_end(ap);
-	noted(file, line);
+	after(file, line, fatal);
 }

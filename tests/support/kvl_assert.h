@@ -42,23 +42,15 @@
 
 enum { KVL__CMP_INT, KVL__CMP_U64, KVL__CMP_CODE };
 
-/* Report a failed comparison (fail: end the test or program; note: count
- * it and return). `fmt` adds context ("%s", "" when there is none). */
-_Noreturn void kvl__test_cmp_fail(const char *file, int line, int kind,
-                                  const char *a_expr, unsigned long long a,
-                                  const char *e_expr, unsigned long long e,
-                                  const char *fmt, ...)
-	__attribute__((format(printf, 8, 9)));
-void kvl__test_cmp_note(const char *file, int line, int kind,
-                        const char *a_expr, unsigned long long a,
-                        const char *e_expr, unsigned long long e,
-                        const char *fmt, ...)
-	__attribute__((format(printf, 8, 9)));
-/* Report a failure described by fmt alone. */
-_Noreturn void kvl__test_fail(const char *file, int line, const char *fmt,
-                              ...) __attribute__((format(printf, 3, 4)));
-void kvl__test_note(const char *file, int line, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+/* Report a failed comparison, or a failure described by fmt alone; then,
+ * when fatal, end the running test or the program, else count it (see
+ * above). fmt adds context to a comparison ("%s", "" when there is none). */
+void kvl__test_cmp(const char *file, int line, int fatal, int kind,
+                   const char *a_expr, unsigned long long a,
+                   const char *e_expr, unsigned long long e, const char *fmt,
+                   ...) __attribute__((format(printf, 9, 10)));
+void kvl__test_fail(const char *file, int line, int fatal, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
 
 /* How many EXPECT_* failed so far in this program (any thread). */
 int kvl_test_failures(void);
@@ -78,91 +70,94 @@ const char *kvl__test_str(const char *s);
 
 /* ------------------------------------------------------------ internals */
 
-#define KVL__CMP(report, kind, T, actual, expected, ...)                   \
+#define KVL__CMP(fatal, kind, T, actual, expected, ...)                    \
 	do {                                                               \
 		T a_ = (T)(actual);                                        \
 		T e_ = (T)(expected);                                      \
 		if (a_ != e_)                                              \
-			report(__FILE__, __LINE__, kind, #actual,          \
-			       (unsigned long long)a_, #expected,          \
-			       (unsigned long long)e_, __VA_ARGS__);       \
+			kvl__test_cmp(__FILE__, __LINE__, fatal, kind,     \
+			              #actual, (unsigned long long)a_,     \
+			              #expected, (unsigned long long)e_,   \
+			              __VA_ARGS__);                        \
 	} while (0)
 
-#define KVL__TRUE(report, cond, ...)                                       \
+#define KVL__TRUE(fatal, cond, ...)                                        \
 	do {                                                               \
 		if (!(cond))                                               \
-			report(__FILE__, __LINE__, __VA_ARGS__);           \
+			kvl__test_fail(__FILE__, __LINE__, fatal,          \
+			               __VA_ARGS__);                       \
 	} while (0)
 
-#define KVL__CONTAINS(report, hay, needle)                                 \
+#define KVL__CONTAINS(fatal, hay, needle)                                  \
 	do {                                                               \
 		const char *h_ = (hay), *n_ = (needle);                    \
 		if (!h_ || !strstr(h_, n_))                                \
-			report(__FILE__, __LINE__,                         \
-			       "%s == \"%s\" does not contain \"%s\"",     \
-			       #hay, h_ ? h_ : "(null)", n_);              \
+			kvl__test_fail(__FILE__, __LINE__, fatal,          \
+			               "%s == \"%s\" does not contain "    \
+			               "\"%s\"",                           \
+			               #hay, h_ ? h_ : "(null)", n_);      \
 	} while (0)
 
 /* ---------------------------------------------------- fatal: ASSERT_* */
 
 #define ASSERT_EQ(actual, expected)                                        \
-	KVL__CMP(kvl__test_cmp_fail, KVL__CMP_INT, long long, actual,      \
+	KVL__CMP(1, KVL__CMP_INT, long long, actual,      \
 	         expected, "%s", "")
 #define ASSERT_EQ_MSG(actual, expected, ...)                               \
-	KVL__CMP(kvl__test_cmp_fail, KVL__CMP_INT, long long, actual,      \
+	KVL__CMP(1, KVL__CMP_INT, long long, actual,      \
 	         expected, __VA_ARGS__)
 #define ASSERT_U64(actual, expected)                                       \
-	KVL__CMP(kvl__test_cmp_fail, KVL__CMP_U64, unsigned long long,     \
+	KVL__CMP(1, KVL__CMP_U64, unsigned long long,     \
 	         actual, expected, "%s", "")
 #define ASSERT_U64_MSG(actual, expected, ...)                              \
-	KVL__CMP(kvl__test_cmp_fail, KVL__CMP_U64, unsigned long long,     \
+	KVL__CMP(1, KVL__CMP_U64, unsigned long long,     \
 	         actual, expected, __VA_ARGS__)
 /* A kvl_errno result, printed by name. */
 #define ASSERT_CODE(actual, expected)                                      \
-	KVL__CMP(kvl__test_cmp_fail, KVL__CMP_CODE, long long, actual,     \
+	KVL__CMP(1, KVL__CMP_CODE, long long, actual,     \
 	         expected, "%s", "")
 #define ASSERT_CODE_MSG(actual, expected, ...)                             \
-	KVL__CMP(kvl__test_cmp_fail, KVL__CMP_CODE, long long, actual,     \
+	KVL__CMP(1, KVL__CMP_CODE, long long, actual,     \
 	         expected, __VA_ARGS__)
 /* ASSERT_CODE that also prints h's message (evaluated after actual). */
 #define ASSERT_RC(h, actual, expected)                                     \
-	KVL__CMP(kvl__test_cmp_fail, KVL__CMP_CODE, long long, actual,     \
+	KVL__CMP(1, KVL__CMP_CODE, long long, actual,     \
 	         expected, "%s", KVL_TEST_ERRMSG(h))
 #define ASSERT_CONTAINS(hay, needle)                                       \
-	KVL__CONTAINS(kvl__test_fail, hay, needle)
+	KVL__CONTAINS(1, hay, needle)
 #define ASSERT_TRUE(cond)                                                  \
-	KVL__TRUE(kvl__test_fail, cond, "%s is false", #cond)
-#define ASSERT_TRUE_MSG(cond, ...) KVL__TRUE(kvl__test_fail, cond, __VA_ARGS__)
-#define ASSERT_FAIL(...) kvl__test_fail(__FILE__, __LINE__, __VA_ARGS__)
+	KVL__TRUE(1, cond, "%s is false", #cond)
+#define ASSERT_TRUE_MSG(cond, ...) KVL__TRUE(1, cond, __VA_ARGS__)
+#define ASSERT_FAIL(...) kvl__test_fail(__FILE__, __LINE__, 1, __VA_ARGS__)
 
 /* ------------------------------------------------ non-fatal: EXPECT_* */
 
 #define EXPECT_EQ(actual, expected)                                        \
-	KVL__CMP(kvl__test_cmp_note, KVL__CMP_INT, long long, actual,      \
+	KVL__CMP(0, KVL__CMP_INT, long long, actual,      \
 	         expected, "%s", "")
 #define EXPECT_EQ_MSG(actual, expected, ...)                               \
-	KVL__CMP(kvl__test_cmp_note, KVL__CMP_INT, long long, actual,      \
+	KVL__CMP(0, KVL__CMP_INT, long long, actual,      \
 	         expected, __VA_ARGS__)
 #define EXPECT_U64(actual, expected)                                       \
-	KVL__CMP(kvl__test_cmp_note, KVL__CMP_U64, unsigned long long,     \
+	KVL__CMP(0, KVL__CMP_U64, unsigned long long,     \
 	         actual, expected, "%s", "")
 #define EXPECT_U64_MSG(actual, expected, ...)                              \
-	KVL__CMP(kvl__test_cmp_note, KVL__CMP_U64, unsigned long long,     \
+	KVL__CMP(0, KVL__CMP_U64, unsigned long long,     \
 	         actual, expected, __VA_ARGS__)
 #define EXPECT_CODE(actual, expected)                                      \
-	KVL__CMP(kvl__test_cmp_note, KVL__CMP_CODE, long long, actual,     \
+	KVL__CMP(0, KVL__CMP_CODE, long long, actual,     \
 	         expected, "%s", "")
 #define EXPECT_CODE_MSG(actual, expected, ...)                             \
-	KVL__CMP(kvl__test_cmp_note, KVL__CMP_CODE, long long, actual,     \
+	KVL__CMP(0, KVL__CMP_CODE, long long, actual,     \
 	         expected, __VA_ARGS__)
 #define EXPECT_RC(h, actual, expected)                                     \
-	KVL__CMP(kvl__test_cmp_note, KVL__CMP_CODE, long long, actual,     \
+	KVL__CMP(0, KVL__CMP_CODE, long long, actual,     \
 	         expected, "%s", KVL_TEST_ERRMSG(h))
 #define EXPECT_CONTAINS(hay, needle)                                       \
-	KVL__CONTAINS(kvl__test_note, hay, needle)
+	KVL__CONTAINS(0, hay, needle)
 #define EXPECT_TRUE(cond)                                                  \
-	KVL__TRUE(kvl__test_note, cond, "%s is false", #cond)
-#define EXPECT_TRUE_MSG(cond, ...) KVL__TRUE(kvl__test_note, cond, __VA_ARGS__)
-#define EXPECT_FAIL(...) kvl__test_note(__FILE__, __LINE__, __VA_ARGS__)
+	KVL__TRUE(0, cond, "%s is false", #cond)
+#define EXPECT_TRUE_MSG(cond, ...) KVL__TRUE(0, cond, __VA_ARGS__)
+#define EXPECT_FAIL(...) kvl__test_fail(__FILE__, __LINE__, 0, __VA_ARGS__)
 
 #endif

@@ -177,10 +177,7 @@ void remove_page(kvl_store *s, const host *h, int pool, const kvl_hash *page,
 {
 	char key[KVL_KEY_MAX];
 	key_of(h, pool, page, ns, key);
-	const char *k = key;
-	int res = -100;
-	ASSERT_RC(s, kvl_store_remove(s, &k, 1, &res), KVL_OK);
-	ASSERT_EQ_MSG(res, 1, "remove %s", key);
+	ASSERT_EQ_MSG(remove1(s, key), 1, "remove %s", key);
 }
 
 int page_present(kvl_store *s, const host *h, int pool, const kvl_hash *page,
@@ -188,9 +185,7 @@ int page_present(kvl_store *s, const host *h, int pool, const kvl_hash *page,
 {
 	char key[KVL_KEY_MAX];
 	key_of(h, pool, page, ns, key);
-	const char *k = key;
-	int res = -100;
-	ASSERT_RC(s, kvl_store_exists(s, &k, 1, &res), KVL_OK);
+	int res = exists1(s, key);
 	ASSERT_TRUE_MSG(res == 0 || res == 1, "exists %s: %s", key,
 	                kvl_err_name(res));
 	return res;
