@@ -562,10 +562,8 @@ static void test_holder_dies(void **state)
 		ok = 1;
 		for (int i = 0; i < 8; i++)
 			ok &= res[i] == KVL_PUT_STORED;
-		if (!ok) {
-			struct timespec ts = {0, 200 * 1000000};
-			nanosleep(&ts, NULL);
-		}
+		if (!ok)
+			sleep_ms(200);
 	}
 	printf("new holder: every put stored after %.1f s\n",
 	       now_s() - t_back);
