@@ -6,6 +6,9 @@
  * page in the wrong slot, layer or pool shows), written into slots and
  * checked there.
  *
+ * page_byte, slot_fill and slot_check assert nothing (any thread may use
+ * them); hash_chain and ns_seed assert (kvl_assert.h).
+ *
  * (Named page_data.h, not pages.h: src/pages.h is the library's own.)
  */
 #ifndef KVL_TEST_PAGE_DATA_H

@@ -2,8 +2,8 @@
  * rand.h — the tests' deterministic random numbers: splitmix64 over a
  * caller's state (the same seed gives the same sequence on every machine),
  * and byte patterns drawn from it that differ by seed and by offset, so that
- * a misplaced or stale range shows. Nothing here asserts: safe on any
- * thread.
+ * a misplaced or stale range shows. All but pattern() (which asserts its
+ * allocation) are safe on any thread of any program.
  */
 #ifndef KVL_TEST_RAND_H
 #define KVL_TEST_RAND_H
