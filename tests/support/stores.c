@@ -62,7 +62,10 @@ void open_fails(const char *uri, int code, const char *needle)
 	ASSERT_CODE_MSG(rc, code, "kvl_store_open(\"%s\"): %s", uri, eb);
 	ASSERT_TRUE_MSG(s == NULL, "kvl_store_open(\"%s\") failed with a "
 	                "handle", uri);
-	ASSERT_CONTAINS(eb, needle);
+	ASSERT_TRUE_MSG(strstr(eb, needle) != NULL,
+	                "kvl_store_open(\"%s\"): message \"%s\" does not "
+	                "contain \"%s\"",
+	                uri, eb, needle);
 }
 
 kvl_store_stats store_stats(kvl_store *s)
