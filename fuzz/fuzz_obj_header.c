@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "core/layout.h"
-#include "core/object.h"
+#include "core/codec.h"
 #include "store/store.h"
 
 #define CHECK(cond)                                                          \

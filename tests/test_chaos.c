@@ -56,6 +56,11 @@
 #include "kvlink.h"
 #include "store/fault.h"
 
+#include "support/clock.h"
+#include "support/page_data.h"
+#include "support/pools.h"
+#include "support/rand.h"
+
 /* ------------------------------------------------------------- the shape */
 
 #define N_LAYERS 4
@@ -80,37 +85,9 @@
 #define SLACK_MS 3000 /* scheduling slack on every timed call */
 #define END_DEADLINE_MS 20000
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = {.tv_sec = ms / 1000,
-	                      .tv_nsec = (long)(ms % 1000) * 1000000L};
-	nanosleep(&ts, NULL);
-}
-
-/* splitmix64: the runs' random numbers. */
-static uint64_t rnd(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static unsigned rnd_below(uint64_t *s, unsigned n)
-{
-	return (unsigned)(rnd(s) % n);
-}
-
 static const double *pick_d(uint64_t *s, const double *v, unsigned n)
 {
-	return &v[rnd_below(s, n)];
+	return &v[rand_below(s, n)];
 }
 
 /* ------------------------------------------------------------- one run */
@@ -137,17 +114,14 @@ typedef struct rec {
 typedef struct run {
 	uint64_t seed;
 	/* configuration */
-	int n_pools, swa, mla, n_linkers, use_ns, end_mode;
+	int swa, mla, n_linkers, use_ns, end_mode;
 	uint32_t io_batch, max_requests;
 	kvl__fault_cfg fault;
 	char uri[512];
 	/* memory and handles */
-	uint8_t *mem;
-	size_t mem_bytes;
-	kvl_layout *l;
+	pools eng; /* the engine: pools kv, maybe swa and mla, SLOTS slots */
 	kvl_store *st;
 	kvl_linker *lk[MAX_LINKERS];
-	int kv, swa_id, mla_id;
 	kvl_hash pages[CHAINS][CHAIN_PAGES];
 	kvl_hash ns[CHAINS];
 	/* bookkeeping, under mu */
@@ -182,139 +156,37 @@ static void fail(run *r, const char *fmt, ...)
 
 /* ------------------------------------------------------------ memory */
 
-typedef struct hbuf {
-	int pool;
-	uint32_t layer, comp;
-	size_t off, stride, bytes;
-} hbuf;
-
-static hbuf g_bufs[16];
-static size_t g_nbufs;
-
-static uint8_t pat(const kvl_hash *page, int pool, uint32_t layer,
-                   uint32_t comp, size_t off)
+/* Builds the run's engine (pools.h): the shape of the linker's tests, with
+ * SLOTS slots and the pools the configuration drew. */
+static void engine_build(run *r)
 {
-	return (uint8_t)(page->bytes[(off + layer * 7 + comp * 13) %
-	                             KVL_HASH_BYTES] ^
-	                 (uint8_t)(off * 31 + layer * 17 + comp * 5 +
-	                           (size_t)pool * 3 + 1));
+	pools_shape sh = {.tag = "chaos/bf16", .slots = SLOTS,
+	                  .layers = N_LAYERS, .k_bytes = K_BYTES,
+	                  .v_bytes = V_BYTES, .kv_stride = KV_STRIDE,
+	                  .swa = r->swa, .swa_window = 2, .w_bytes = W_BYTES,
+	                  .w_stride = W_STRIDE, .mla = r->mla,
+	                  .c_bytes = C_BYTES, .c_stride = C_STRIDE,
+	                  .fill = FILL};
+	pools_init(&r->eng, &sh);
 }
 
-static int add_buf(run *r, int pool, const char *comp, uint32_t comp_i,
-                   uint32_t layer, size_t off, size_t stride, size_t bytes)
-{
-	kvl_buffer b = {.base = r->mem + off, .page_stride = stride,
-	                .page_bytes = bytes, .num_pages = SLOTS};
-	int rc = kvl_layout_add_buffer(r->l, pool, comp, layer, &b);
-	if (rc) {
-		fail(r, "add_buffer: %s", kvl_layout_errmsg(r->l));
-		return rc;
-	}
-	g_bufs[g_nbufs++] = (hbuf){pool, layer, comp_i, off, stride, bytes};
-	return 0;
-}
-
-static int layout_build(run *r)
-{
-	size_t kv = (size_t)N_LAYERS * SLOTS * KV_STRIDE;
-	size_t swa = 2 * (size_t)SLOTS * W_STRIDE;
-	size_t mla = (size_t)N_LAYERS * SLOTS * C_STRIDE;
-	r->mem_bytes = kv + swa + mla;
-	r->mem = aligned_alloc(64, r->mem_bytes);
-	if (!r->mem)
-		return KVL_ENOMEM;
-	memset(r->mem, FILL, r->mem_bytes);
-	char err[256] = "";
-	int rc = kvl_layout_create("chaos/bf16", 16, NULL, &r->l, err,
-	                           sizeof err);
-	if (rc) {
-		fail(r, "layout_create: %s", err);
-		return rc;
-	}
-	g_nbufs = 0;
-	r->kv = r->swa_id = r->mla_id = -1;
-	r->n_pools = 0;
-	if ((rc = kvl_layout_add_pool(r->l, "kv", KVL_HIT_ALL_PAGES, 0, 0,
-	                              &r->kv)))
-		return rc;
-	r->n_pools++;
-	if (r->swa) {
-		if ((rc = kvl_layout_add_pool(r->l, "swa",
-		                              KVL_HIT_TRAILING_PAGES, 2, 0,
-		                              &r->swa_id)))
-			return rc;
-		r->n_pools++;
-	}
-	if (r->mla) {
-		if ((rc = kvl_layout_add_pool(r->l, "mla", KVL_HIT_ALL_PAGES, 0,
-		                              KVL_POOL_REPLICATED_TP,
-		                              &r->mla_id)))
-			return rc;
-		r->n_pools++;
-	}
-	for (uint32_t ly = 0; ly < N_LAYERS && !rc; ly++) {
-		size_t base = (size_t)ly * SLOTS * KV_STRIDE;
-		rc = add_buf(r, r->kv, "k", 0, ly, base, KV_STRIDE, K_BYTES);
-		if (!rc)
-			rc = add_buf(r, r->kv, "v", 1, ly, base + K_BYTES,
-			             KV_STRIDE, V_BYTES);
-	}
-	if (!rc && r->swa_id >= 0) {
-		rc = add_buf(r, r->swa_id, "w", 0, 1, kv, W_STRIDE, W_BYTES);
-		if (!rc)
-			rc = add_buf(r, r->swa_id, "w", 0, 3,
-			             kv + SLOTS * W_STRIDE, W_STRIDE, W_BYTES);
-	}
-	for (uint32_t ly = 0; !rc && r->mla_id >= 0 && ly < N_LAYERS; ly++)
-		rc = add_buf(r, r->mla_id, "c", 0, ly,
-		             kv + swa + (size_t)ly * SLOTS * C_STRIDE, C_STRIDE,
-		             C_BYTES);
-	if (rc)
-		return rc;
-	if ((rc = kvl_layout_finalize(r->l)))
-		fail(r, "finalize: %s", kvl_layout_errmsg(r->l));
-	return rc;
-}
-
+/* Writes `page` (NULL: the fill) into every layer of `slot` of `pool`. */
 static void fill_slot(run *r, int pool, size_t slot, const kvl_hash *page)
 {
-	for (size_t i = 0; i < g_nbufs; i++) {
-		const hbuf *b = &g_bufs[i];
-		if (b->pool != pool)
-			continue;
-		uint8_t *p = r->mem + b->off + slot * b->stride;
-		for (size_t o = 0; o < b->bytes; o++)
-			p[o] = page ? pat(page, pool, b->layer, b->comp, o)
-			            : FILL;
-	}
+	slot_fill(r->eng.bufs, r->eng.n_bufs, pool, slot, page, FILL);
 }
 
 /* 1 when slot `slot` of `pool` holds `page` (NULL: the fill) at every
- * layer; else 0, describing the first difference into why. */
+ * layer; else 0, describing the first difference into why. Counts the bytes
+ * it checked. */
 static int slot_is(run *r, int pool, size_t slot, const kvl_hash *page,
                    char *why, size_t whylen)
 {
-	for (size_t i = 0; i < g_nbufs; i++) {
-		const hbuf *b = &g_bufs[i];
-		if (b->pool != pool)
-			continue;
-		const uint8_t *p = r->mem + b->off + slot * b->stride;
-		for (size_t o = 0; o < b->bytes; o++) {
-			uint8_t want = page ? pat(page, pool, b->layer, b->comp,
-			                          o)
-			                    : FILL;
-			if (p[o] != want) {
-				snprintf(why, whylen,
-				         "pool %d slot %zu layer %u comp %u byte "
-				         "%zu: 0x%02x, want 0x%02x",
-				         pool, slot, b->layer, b->comp, o, p[o],
-				         want);
-				return 0;
-			}
-		}
-		atomic_fetch_add(&r->bytes_checked, b->bytes);
-	}
-	return 1;
+	size_t checked = 0;
+	int ok = slot_check(r->eng.bufs, r->eng.n_bufs, pool, slot, page, FILL,
+	                    0, UINT32_MAX, why, whylen, &checked);
+	atomic_fetch_add(&r->bytes_checked, checked);
+	return ok;
 }
 
 /* ------------------------------------------------------- bookkeeping */
@@ -337,7 +209,7 @@ static void check_load(run *r, rec *q)
 {
 	char why[160];
 	for (unsigned i = 0; i < q->n; i++)
-		for (int p = 0; p < r->n_pools; p++) {
+		for (int p = 0; p < r->eng.n_pools; p++) {
 			size_t s = q->slot[p][i];
 			if (s == KVL_NO_SLOT)
 				continue;
@@ -473,7 +345,7 @@ static void rec_called(run *r, rec *q, uint64_t id, int rc)
 			for (unsigned i = 0; i < q->n; i++) {
 				/* A refused load must not have written. */
 				char why[160];
-				for (int p = 0; p < r->n_pools; p++)
+				for (int p = 0; p < r->eng.n_pools; p++)
 					if (q->slot[p][i] != KVL_NO_SLOT &&
 					    !slot_is(r, p, q->slot[p][i], NULL,
 					             why, sizeof why))
@@ -492,7 +364,7 @@ static int dst_alloc(run *r, unsigned n, uint64_t *rs)
 {
 	pthread_mutex_lock(&r->mu);
 	int found = -1;
-	unsigned start = rnd_below(rs, DST_SLOTS);
+	unsigned start = rand_below(rs, DST_SLOTS);
 	for (unsigned k = 0; k < DST_SLOTS && found < 0; k++) {
 		unsigned b = (start + k) % DST_SLOTS;
 		if (b + n > DST_SLOTS)
@@ -507,7 +379,7 @@ static int dst_alloc(run *r, unsigned n, uint64_t *rs)
 		char why[160];
 		for (unsigned i = 0; i < n; i++) {
 			r->dst_used[found + i] = 1;
-			for (int p = 0; p < r->n_pools; p++)
+			for (int p = 0; p < r->eng.n_pools; p++)
 				if (!slot_is(r, p, SRC_SLOTS + found + i, NULL,
 				             why, sizeof why))
 					fail(r, "a free slot was written "
@@ -564,20 +436,20 @@ static int is_shut(run *r, int li)
 
 static void op_offload(run *r, uint64_t *rs)
 {
-	int li = (int)rnd_below(rs, (unsigned)r->n_linkers);
-	unsigned chain = rnd_below(rs, CHAINS);
-	unsigned n = 1 + rnd_below(rs, CHAIN_PAGES);
+	int li = (int)rand_below(rs, (unsigned)r->n_linkers);
+	unsigned chain = rand_below(rs, CHAINS);
+	unsigned n = 1 + rand_below(rs, CHAIN_PAGES);
 	uint64_t id;
 	rec *q = rec_new(r, li, KVL_REQ_OFFLOAD, chain, n, &id);
 	if (!q)
 		return;
 	const size_t *sp[MAX_POOLS] = {NULL};
-	for (int p = 0; p < r->n_pools; p++) {
+	for (int p = 0; p < r->eng.n_pools; p++) {
 		/* Sometimes a pool is left out, or a page of it. */
-		if (p > 0 && rnd_below(rs, 4) == 0)
+		if (p > 0 && rand_below(rs, 4) == 0)
 			continue;
 		for (unsigned i = 0; i < n; i++)
-			q->slot[p][i] = rnd_below(rs, 8) == 0 && p > 0
+			q->slot[p][i] = rand_below(rs, 8) == 0 && p > 0
 			                        ? KVL_NO_SLOT
 			                        : chain * CHAIN_PAGES + i;
 		sp[p] = q->slot[p];
@@ -594,9 +466,9 @@ static void op_offload(run *r, uint64_t *rs)
 
 static void op_load(run *r, uint64_t *rs, int start_too)
 {
-	int li = (int)rnd_below(rs, (unsigned)r->n_linkers);
-	unsigned chain = rnd_below(rs, CHAINS);
-	unsigned n = 1 + rnd_below(rs, CHAIN_PAGES);
+	int li = (int)rand_below(rs, (unsigned)r->n_linkers);
+	unsigned chain = rand_below(rs, CHAINS);
+	unsigned n = 1 + rand_below(rs, CHAIN_PAGES);
 	int base = dst_alloc(r, n, rs);
 	if (base < 0)
 		return;
@@ -611,11 +483,11 @@ static void op_load(run *r, uint64_t *rs, int start_too)
 	}
 	q->dst_base = (unsigned)base;
 	const size_t *sp[MAX_POOLS] = {NULL};
-	for (int p = 0; p < r->n_pools; p++) {
-		if (p > 0 && rnd_below(rs, 4) == 0)
+	for (int p = 0; p < r->eng.n_pools; p++) {
+		if (p > 0 && rand_below(rs, 4) == 0)
 			continue;
 		for (unsigned i = 0; i < n; i++)
-			q->slot[p][i] = p > 0 && rnd_below(rs, 6) == 0
+			q->slot[p][i] = p > 0 && rand_below(rs, 6) == 0
 			                        ? KVL_NO_SLOT
 			                        : SRC_SLOTS + base + i;
 		sp[p] = q->slot[p];
@@ -628,7 +500,7 @@ static void op_load(run *r, uint64_t *rs, int start_too)
 	if (rc == 0)
 		atomic_fetch_add(&r->loads, 1);
 	rec_called(r, q, id, rc);
-	if (rc == 0 && rnd_below(rs, 5) == 0) {
+	if (rc == 0 && rand_below(rs, 5) == 0) {
 		int co = -1;
 		rc = kvl_linker_cancel(r->lk[li], id, &co);
 		EXPECT_ONE_OF(r, "cancel", rc, 0, KVL_ENOTFOUND);
@@ -644,7 +516,7 @@ static void op_load(run *r, uint64_t *rs, int start_too)
 		return;
 	uint32_t layers = kvl_linker_layers(r->lk[li]);
 	for (uint32_t ly = 0; ly < layers; ly++) {
-		uint32_t to = rnd_below(rs, 3) == 0 ? 0 : 1 + rnd_below(rs, 400);
+		uint32_t to = rand_below(rs, 3) == 0 ? 0 : 1 + rand_below(rs, 400);
 		uint64_t t0 = now_ms();
 		rc = kvl_linker_wait(r->lk[li], b, ly, to);
 		timed(r, "wait", to, t0);
@@ -658,9 +530,9 @@ static void op_load(run *r, uint64_t *rs, int start_too)
 
 static void op_lookup(run *r, uint64_t *rs)
 {
-	int li = (int)rnd_below(rs, (unsigned)r->n_linkers);
-	unsigned chain = rnd_below(rs, CHAINS);
-	unsigned n = 1 + rnd_below(rs, CHAIN_PAGES);
+	int li = (int)rand_below(rs, (unsigned)r->n_linkers);
+	unsigned chain = rand_below(rs, CHAINS);
+	unsigned n = 1 + rand_below(rs, CHAIN_PAGES);
 	size_t prefix = 999;
 	int rc = kvl_linker_lookup(r->lk[li], r->pages[chain], n,
 	                           r->use_ns ? &r->ns[chain] : NULL, NULL,
@@ -674,8 +546,8 @@ static void op_lookup(run *r, uint64_t *rs)
 
 static void op_flush(run *r, uint64_t *rs)
 {
-	int li = (int)rnd_below(rs, (unsigned)r->n_linkers);
-	uint32_t to = rnd_below(rs, 200);
+	int li = (int)rand_below(rs, (unsigned)r->n_linkers);
+	uint32_t to = rand_below(rs, 200);
 	uint64_t t0 = now_ms();
 	int rc = kvl_linker_flush(r->lk[li], to);
 	timed(r, "flush", to, t0);
@@ -690,21 +562,21 @@ static void op_store_flip(run *r, uint64_t *rs)
 		fail(r, "fault_get: %s", kvl_store_errmsg(r->st));
 		return;
 	}
-	c.down = !c.down && rnd_below(rs, 2) == 0;
+	c.down = !c.down && rand_below(rs, 2) == 0;
 	uint64_t gets = 0, puts = 0;
 	kvl__fault_calls(r->st, &gets, &puts);
-	c.fail_get_call = rnd_below(rs, 2) ? gets + 1 + rnd_below(rs, 8) : 0;
-	c.fail_put_call = rnd_below(rs, 2) ? puts + 1 + rnd_below(rs, 4) : 0;
+	c.fail_get_call = rand_below(rs, 2) ? gets + 1 + rand_below(rs, 8) : 0;
+	c.fail_put_call = rand_below(rs, 2) ? puts + 1 + rand_below(rs, 4) : 0;
 	if (kvl__fault_set(r->st, &c))
 		fail(r, "fault_set: %s", kvl_store_errmsg(r->st));
 }
 
 static void op_stats(run *r, uint64_t *rs)
 {
-	int li = (int)rnd_below(rs, (unsigned)r->n_linkers);
+	int li = (int)rand_below(rs, (unsigned)r->n_linkers);
 	char buf[8192];
 	size_t need = 0;
-	int rc = kvl_linker_stats(r->lk[li], rnd_below(rs, 2) ? KVL_STATS_JSON
+	int rc = kvl_linker_stats(r->lk[li], rand_below(rs, 2) ? KVL_STATS_JSON
 	                                                     : KVL_STATS_PROMETHEUS,
 	                          buf, sizeof buf, &need);
 	EXPECT_ONE_OF(r, "stats", rc, 0, KVL_ERANGE);
@@ -716,7 +588,7 @@ static void *engine_main(void *p)
 	run *r = a->r;
 	uint64_t rs = r->seed * 1000003u + a->t * 7919u + 17;
 	for (unsigned i = 0; i < a->ops; i++) {
-		unsigned op = rnd_below(&rs, 100);
+		unsigned op = rand_below(&rs, 100);
 		if (op < 30)
 			op_offload(r, &rs);
 		else if (op < 55)
@@ -732,8 +604,8 @@ static void *engine_main(void *p)
 		else if (op < 95)
 			op_stats(r, &rs);
 		else
-			poll_once(r, (int)rnd_below(&rs, (unsigned)r->n_linkers),
-			          rnd_below(&rs, 20));
+			poll_once(r, (int)rand_below(&rs, (unsigned)r->n_linkers),
+			          rand_below(&rs, 20));
 	}
 	return NULL;
 }
@@ -766,20 +638,20 @@ static void run_config(run *r, const char *inner)
 		.corrupt = *pick_d(&s, cor, 5),
 		.evict = *pick_d(&s, evi, 4),
 		.latency_p = *pick_d(&s, latp, 3),
-		.latency_ms = 1 + rnd_below(&s, 3),
+		.latency_ms = 1 + rand_below(&s, 3),
 	};
-	r->swa = rnd_below(&s, 2);
-	r->mla = rnd_below(&s, 2);
-	r->n_linkers = 1 + (rnd_below(&s, 3) == 0);
-	r->use_ns = rnd_below(&s, 2);
-	r->io_batch = rnd_below(&s, 2) ? 1 + rnd_below(&s, 8) : 0;
-	r->max_requests = rnd_below(&s, 3) == 0 ? 2 + rnd_below(&s, 8) : 0;
+	r->swa = rand_below(&s, 2);
+	r->mla = rand_below(&s, 2);
+	r->n_linkers = 1 + (rand_below(&s, 3) == 0);
+	r->use_ns = rand_below(&s, 2);
+	r->io_batch = rand_below(&s, 2) ? 1 + rand_below(&s, 8) : 0;
+	r->max_requests = rand_below(&s, 3) == 0 ? 2 + rand_below(&s, 8) : 0;
 	/* 0: shutdown at the end, collect, close; 1: shutdown in the middle;
 	 * 2: two shutdowns at once in the middle; 3: close with work in
 	 * flight (no final collection). */
-	r->end_mode = (int)rnd_below(&s, 4);
+	r->end_mode = (int)rand_below(&s, 4);
 	/* A small capacity makes the store evict (objects are ~0.5-1 KiB). */
-	unsigned cap_kib = rnd_below(&s, 2) ? 8 + rnd_below(&s, 24) : 1024;
+	unsigned cap_kib = rand_below(&s, 2) ? 8 + rand_below(&s, 24) : 1024;
 	if (strncmp(inner, "mem:", 4) == 0)
 		snprintf(r->uri, sizeof r->uri,
 		         "fault+mem:?capacity=%uKiB&fault.seed=%" PRIu64,
@@ -835,23 +707,16 @@ static int run_one(uint64_t seed, const char *inner, uint64_t *totals)
 	run_config(r, inner);
 	uint64_t t_start = now_ms();
 
-	int rc = layout_build(r);
-	if (rc)
-		goto out;
+	engine_build(r);
+	int rc = 0;
 	/* Pages: four chains of eight, each chain its own prompt. */
 	for (unsigned c = 0; c < CHAINS; c++) {
-		uint64_t tokens[16 * CHAIN_PAGES];
-		for (size_t i = 0; i < 16 * CHAIN_PAGES; i++)
-			tokens[i] = seed * 7 + c * 1000003 + i;
-		size_t got = 0;
-		kvl_hash_pages(tokens, 16 * CHAIN_PAGES, 16, NULL, r->pages[c],
-		               CHAIN_PAGES, &got);
+		hash_chain(r->pages[c], CHAIN_PAGES, seed * 7 + c * 1000003, 16);
 		char salt[32];
 		snprintf(salt, sizeof salt, "tenant-%u", c);
-		const char *salts[1] = {salt};
-		kvl_namespace_seed(salts, 1, &r->ns[c]);
+		r->ns[c] = ns_seed(salt);
 		for (unsigned i = 0; i < CHAIN_PAGES; i++)
-			for (int p = 0; p < r->n_pools; p++)
+			for (int p = 0; p < r->eng.n_pools; p++)
 				fill_slot(r, p, c * CHAIN_PAGES + i,
 				          &r->pages[c][i]);
 	}
@@ -888,7 +753,7 @@ static int run_one(uint64_t seed, const char *inner, uint64_t *totals)
 		kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
 		o.io_batch = r->io_batch;
 		o.max_requests = r->max_requests;
-		if ((rc = kvl_linker_open(r->l, r->st, &o, &r->lk[i], err,
+		if ((rc = kvl_linker_open(r->eng.l, r->st, &o, &r->lk[i], err,
 		                          sizeof err))) {
 			fail(r, "linker_open: %s", err);
 			goto out;
@@ -899,7 +764,7 @@ static int run_one(uint64_t seed, const char *inner, uint64_t *totals)
 	 * loads find pages; the engines offload more as they go. */
 	atomic_store(&g_phase, "warm-up");
 	uint64_t rs = seed ^ 0xabcdef;
-	if (rnd_below(&rs, 4)) {
+	if (rand_below(&rs, 4)) {
 		uint64_t ws = rs;
 		for (unsigned i = 0; i < 2 * CHAINS; i++)
 			op_offload(r, &ws);
@@ -921,21 +786,21 @@ static int run_one(uint64_t seed, const char *inner, uint64_t *totals)
 		pthread_create(&pt[i], NULL, poller_main, &pa[i]);
 	}
 	for (unsigned t = 0; t < ENGINES; t++) {
-		ea[t] = (engine_arg){r, t, 20 + rnd_below(&rs, MAX_OPS - 20)};
+		ea[t] = (engine_arg){r, t, 20 + rand_below(&rs, MAX_OPS - 20)};
 		pthread_create(&et[t], NULL, engine_main, &ea[t]);
 	}
 	int n_shut = 0;
-	int victim = (int)rnd_below(&rs, (unsigned)r->n_linkers);
+	int victim = (int)rand_below(&rs, (unsigned)r->n_linkers);
 	shut_arg sa[2];
 	if (r->end_mode == 1 || r->end_mode == 2) {
-		unsigned delay = rnd_below(&rs, 60);
+		unsigned delay = rand_below(&rs, 60);
 		n_shut = r->end_mode;
 		pthread_mutex_lock(&r->mu);
 		r->shut[victim] = 1; /* from now on ECLOSED is expected */
 		pthread_mutex_unlock(&r->mu);
 		for (int i = 0; i < n_shut; i++) {
 			sa[i] = (shut_arg){r, victim,
-			                   delay + (unsigned)i * rnd_below(&rs, 3)};
+			                   delay + (unsigned)i * rand_below(&rs, 3)};
 			pthread_create(&st[i], NULL, shut_main, &sa[i]);
 		}
 	}
@@ -1009,7 +874,7 @@ static int run_one(uint64_t seed, const char *inner, uint64_t *totals)
 		 * nothing wrote after its request completed. */
 		char why[160];
 		for (unsigned s = 0; s < DST_SLOTS; s++)
-			for (int p = 0; p < r->n_pools; p++)
+			for (int p = 0; p < r->eng.n_pools; p++)
 				if (!r->dst_used[s] &&
 				    !slot_is(r, p, SRC_SLOTS + s, NULL, why,
 				             sizeof why))
@@ -1046,8 +911,7 @@ out:
 	for (int i = 0; i < MAX_LINKERS; i++)
 		kvl_linker_close(r->lk[i]);
 	kvl_store_close(r->st);
-	kvl_layout_free(r->l);
-	free(r->mem);
+	pools_free(&r->eng);
 	int failed = atomic_load(&r->failures) != 0;
 	atomic_store(&g_run, 0);
 	pthread_mutex_destroy(&r->mu);

@@ -30,6 +30,11 @@
 #include "kvlink.h"
 #include "store/fault.h"
 
+#include "support/faults.h"
+#include "support/kvl_assert.h"
+#include "support/pools.h"
+#include "support/stores.h"
+
 #define SKIP 1000       /* a check that does not apply to this build */
 #define EXIT_BASE 2000  /* EXIT_BASE + n: the tool exited with status n */
 
@@ -61,18 +66,14 @@ static int skip(const char *why)
 #define STRIDE 128
 
 /* An engine: its memory and a finalized layout with pool "kv" (k and v at
- * layers 0 and 1, NP slots). */
-typedef struct eng {
-	uint8_t *mem;
-	kvl_layout *l;
-	int kv;
-} eng;
+ * layers 0 and 1, NP slots), a pools.h engine. */
+typedef pools eng;
 
 static kvl_layout *layout_new(void)
 {
 	kvl_layout *l = NULL;
-	if (kvl_layout_create("errors/bf16", 16, NULL, &l, NULL, 0))
-		abort();
+	ASSERT_CODE(kvl_layout_create("errors/bf16", 16, NULL, &l, NULL, 0),
+	            KVL_OK);
 	return l;
 }
 
@@ -84,22 +85,11 @@ static kvl_buffer buf_at(void *base, size_t bytes)
 
 static void eng_init_tag(eng *e, const char *tag)
 {
-	e->mem = aligned_alloc(64, (size_t)N_LAYERS * NP * STRIDE);
-	if (!e->mem || kvl_layout_create(tag, 16, NULL, &e->l, NULL, 0) ||
-	    kvl_layout_add_pool(e->l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &e->kv))
-		abort();
-	memset(e->mem, 0, (size_t)N_LAYERS * NP * STRIDE);
-	for (uint32_t ly = 0; ly < N_LAYERS; ly++) {
-		uint8_t *base = e->mem + (size_t)ly * NP * STRIDE;
-		kvl_buffer k = buf_at(base, K_BYTES), v = buf_at(base + K_BYTES,
-		                                                 V_BYTES);
-		if (kvl_layout_add_buffer(e->l, e->kv, "k", ly, &k) ||
-		    kvl_layout_add_buffer(e->l, e->kv, "v", ly, &v))
-			abort();
-	}
-	if (kvl_layout_finalize(e->l))
-		abort();
-	for (size_t i = 0; i < (size_t)N_LAYERS * NP * STRIDE; i++)
+	pools_shape sh = {.tag = tag, .slots = NP, .layers = N_LAYERS,
+	                  .k_bytes = K_BYTES, .v_bytes = V_BYTES,
+	                  .kv_stride = STRIDE, .fill = 0};
+	pools_init(e, &sh);
+	for (size_t i = 0; i < e->mem_bytes; i++)
 		e->mem[i] = (uint8_t)(i * 7 + 3);
 }
 
@@ -110,8 +100,7 @@ static void eng_init(eng *e)
 
 static void eng_free(eng *e)
 {
-	kvl_layout_free(e->l);
-	free(e->mem);
+	pools_free(e);
 }
 
 static kvl_hash page_n(unsigned n)
@@ -122,25 +111,12 @@ static kvl_hash page_n(unsigned n)
 	return h;
 }
 
-static kvl_store *store(const char *uri)
-{
-	kvl_store *s = NULL;
-	char err[256];
-	if (kvl_store_open(uri, &s, err, sizeof err)) {
-		fprintf(stderr, "store %s: %s\n", uri, err);
-		abort();
-	}
-	return s;
-}
-
 static kvl_linker *linker(eng *e, kvl_store *s, const kvl_linker_opts *o)
 {
 	kvl_linker *lk = NULL;
-	char err[256];
-	if (kvl_linker_open(e->l, s, o, &lk, err, sizeof err)) {
-		fprintf(stderr, "linker: %s\n", err);
-		abort();
-	}
+	char err[256] = "";
+	ASSERT_RC(err, kvl_linker_open(e->l, s, o, &lk, err, sizeof err),
+	          KVL_OK);
 	return lk;
 }
 
@@ -149,18 +125,15 @@ static void put_page(kvl_store *s, eng *e, const kvl_hash *h)
 {
 	size_t slot = 0;
 	int res = -100;
-	if (kvl_pages_put(s, e->l, e->kv, h, &slot, 1, &res) || res < 0)
-		abort();
+	ASSERT_CODE(kvl_pages_put(s, e->l, e->kv, h, &slot, 1, &res), KVL_OK);
+	ASSERT_TRUE(res >= 0);
 }
 
 static void fault_set(kvl_store *s, void (*edit)(kvl__fault_cfg *))
 {
-	kvl__fault_cfg c;
-	if (kvl__fault_get(s, &c))
-		abort();
+	kvl__fault_cfg c = fault_cfg(s);
 	edit(&c);
-	if (kvl__fault_set(s, &c))
-		abort();
+	fault_set_cfg(s, &c);
 }
 
 static void set_down(kvl__fault_cfg *c) { c->down = 1; }
@@ -196,11 +169,9 @@ static int load_one(kvl_linker *lk, const kvl_hash *h, int *status)
 {
 	size_t slot = 1;
 	const size_t *sp[1] = {&slot};
-	if (kvl_linker_load(lk, 7, h, 1, NULL, sp))
-		abort();
+	ASSERT_CODE(kvl_linker_load(lk, 7, h, 1, NULL, sp), KVL_OK);
 	uint64_t b;
-	if (kvl_linker_start(lk, &b))
-		abort();
+	ASSERT_CODE(kvl_linker_start(lk, &b), KVL_OK);
 	int rc = kvl_linker_wait(lk, b, N_LAYERS - 1, 5000);
 	*status = completion_of(lk, 7, NULL);
 	return rc;
@@ -365,12 +336,11 @@ static int add_buf(const char *comp, uint32_t layer, const kvl_buffer *b,
 {
 	kvl_layout *l = layout_new();
 	int kv;
-	if (kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv))
-		abort();
+	ASSERT_CODE(kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv),
+	            KVL_OK);
 	if (first) {
 		kvl_buffer g = buf_at(g_arena, K_BYTES);
-		if (kvl_layout_add_buffer(l, kv, "k", 0, &g))
-			abort();
+		ASSERT_CODE(kvl_layout_add_buffer(l, kv, "k", 0, &g), KVL_OK);
 	}
 	int rc = kvl_layout_add_buffer(l, pool_id < 0 ? kv : pool_id, comp,
 	                               layer, b);
@@ -471,8 +441,8 @@ static int r_finalize_pool_empty(void)
 {
 	kvl_layout *l = layout_new();
 	int kv;
-	if (kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv))
-		abort();
+	ASSERT_CODE(kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv),
+	            KVL_OK);
 	int rc = kvl_layout_finalize(l);
 	note(rc, kvl_layout_errmsg(l));
 	kvl_layout_free(l);
@@ -483,13 +453,12 @@ static int r_finalize_overlap(void)
 {
 	kvl_layout *l = layout_new();
 	int kv;
-	if (kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv))
-		abort();
+	ASSERT_CODE(kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv),
+	            KVL_OK);
 	kvl_buffer k = buf_at(g_arena, K_BYTES), v = buf_at(g_arena + 32,
 	                                                     K_BYTES);
-	if (kvl_layout_add_buffer(l, kv, "k", 0, &k) ||
-	    kvl_layout_add_buffer(l, kv, "v", 0, &v))
-		abort();
+	ASSERT_CODE(kvl_layout_add_buffer(l, kv, "k", 0, &k), KVL_OK);
+	ASSERT_CODE(kvl_layout_add_buffer(l, kv, "v", 0, &v), KVL_OK);
 	int rc = kvl_layout_finalize(l);
 	note(rc, kvl_layout_errmsg(l));
 	kvl_layout_free(l);
@@ -500,15 +469,14 @@ static int r_finalize_missing_comp(void)
 {
 	kvl_layout *l = layout_new();
 	int kv;
-	if (kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv))
-		abort();
+	ASSERT_CODE(kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv),
+	            KVL_OK);
 	kvl_buffer k0 = buf_at(g_arena, K_BYTES),
 		   v0 = buf_at(g_arena + K_BYTES, V_BYTES),
 		   k1 = buf_at(g_arena + NP * STRIDE, K_BYTES);
-	if (kvl_layout_add_buffer(l, kv, "k", 0, &k0) ||
-	    kvl_layout_add_buffer(l, kv, "v", 0, &v0) ||
-	    kvl_layout_add_buffer(l, kv, "k", 1, &k1))
-		abort();
+	ASSERT_CODE(kvl_layout_add_buffer(l, kv, "k", 0, &k0), KVL_OK);
+	ASSERT_CODE(kvl_layout_add_buffer(l, kv, "v", 0, &v0), KVL_OK);
+	ASSERT_CODE(kvl_layout_add_buffer(l, kv, "k", 1, &k1), KVL_OK);
 	int rc = kvl_layout_finalize(l);
 	note(rc, kvl_layout_errmsg(l));
 	kvl_layout_free(l);
@@ -616,8 +584,7 @@ static int r_rank_group_zero(void)
 static int r_rank_words_zero(void)
 {
 	kvl_rank_group *g = NULL;
-	if (kvl_rank_group_create(1, 100, &g))
-		abort();
+	ASSERT_CODE(kvl_rank_group_create(1, 100, &g), KVL_OK);
 	uint64_t bits[1] = {1};
 	int rc = kvl_rank_group_allreduce(bits, 0, g);
 	kvl_rank_group_free(g);
@@ -641,8 +608,7 @@ static void *ar_main(void *p)
 static int r_rank_words_differ(void)
 {
 	kvl_rank_group *g = NULL;
-	if (kvl_rank_group_create(2, 5000, &g))
-		abort();
+	ASSERT_CODE(kvl_rank_group_create(2, 5000, &g), KVL_OK);
 	ar_arg a[2] = {{g, 1, -100}, {g, 2, -100}};
 	pthread_t t[2];
 	for (int i = 0; i < 2; i++)
@@ -656,8 +622,7 @@ static int r_rank_words_differ(void)
 static int r_rank_timeout(void)
 {
 	kvl_rank_group *g = NULL;
-	if (kvl_rank_group_create(2, 20, &g))
-		abort();
+	ASSERT_CODE(kvl_rank_group_create(2, 20, &g), KVL_OK);
 	uint64_t bits[1] = {1};
 	int rc = kvl_rank_group_allreduce(bits, 1, g);
 	kvl_rank_group_free(g);
@@ -667,8 +632,7 @@ static int r_rank_timeout(void)
 static int r_rank_broken(void)
 {
 	kvl_rank_group *g = NULL;
-	if (kvl_rank_group_create(2, 20, &g))
-		abort();
+	ASSERT_CODE(kvl_rank_group_create(2, 20, &g), KVL_OK);
 	uint64_t bits[1] = {1};
 	kvl_rank_group_allreduce(bits, 1, g);
 	int rc = kvl_rank_group_allreduce(bits, 1, g);
@@ -780,7 +744,7 @@ static int r_fault_inner_option(void)
 
 static int r_store_keys_null(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	int res[1];
 	int rc = kvl_store_exists(s, NULL, 1, res);
 	note(rc, kvl_store_errmsg(s));
@@ -790,7 +754,7 @@ static int r_store_keys_null(void)
 
 static int r_store_results_null(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	const char *k[1] = {"a"};
 	int rc = kvl_store_exists(s, k, 1, NULL);
 	note(rc, kvl_store_errmsg(s));
@@ -800,11 +764,11 @@ static int r_store_results_null(void)
 
 static int r_store_key_empty(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	const char *k[2] = {"a", ""};
 	int res[2] = {-100, -100};
-	if (kvl_store_exists(s, k, 2, res) || res[0] != 0)
-		abort();
+	ASSERT_CODE(kvl_store_exists(s, k, 2, res), KVL_OK);
+	ASSERT_EQ(res[0], 0);
 	note(res[1], kvl_store_errmsg(s));
 	kvl_store_close(s);
 	return res[1];
@@ -812,14 +776,13 @@ static int r_store_key_empty(void)
 
 static int r_store_key_long(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	char key[KVL_KEY_MAX + 1];
 	memset(key, 'k', KVL_KEY_MAX);
 	key[KVL_KEY_MAX] = 0;
 	const char *k[1] = {key};
 	int res[1] = {-100};
-	if (kvl_store_exists(s, k, 1, res))
-		abort();
+	ASSERT_CODE(kvl_store_exists(s, k, 1, res), KVL_OK);
 	note(res[0], kvl_store_errmsg(s));
 	kvl_store_close(s);
 	return res[0];
@@ -827,11 +790,10 @@ static int r_store_key_long(void)
 
 static int r_store_key_null(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	const char *k[1] = {NULL};
 	int res[1] = {-100};
-	if (kvl_store_remove(s, k, 1, res))
-		abort();
+	ASSERT_CODE(kvl_store_remove(s, k, 1, res), KVL_OK);
 	note(res[0], kvl_store_errmsg(s));
 	kvl_store_close(s);
 	return res[0];
@@ -839,7 +801,7 @@ static int r_store_key_null(void)
 
 static int r_store_counts_null(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	const char *k[1] = {"a"};
 	char b[4];
 	kvl_range r = {0, b, 4};
@@ -852,7 +814,7 @@ static int r_store_counts_null(void)
 
 static int r_store_items_null(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	const char *k[1] = {"a"};
 	size_t n[1] = {1};
 	int res[1];
@@ -864,13 +826,12 @@ static int r_store_items_null(void)
 
 static int r_store_range_addr(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	const char *k[1] = {"a"};
 	kvl_range r = {0, NULL, 4};
 	size_t n[1] = {1};
 	int64_t got[1] = {-100};
-	if (kvl_store_get(s, k, 1, &r, n, got))
-		abort();
+	ASSERT_CODE(kvl_store_get(s, k, 1, &r, n, got), KVL_OK);
 	note((int)got[0], kvl_store_errmsg(s));
 	kvl_store_close(s);
 	return (int)got[0];
@@ -886,8 +847,8 @@ static int get_range_then(kvl_store *s, const char *key, uint64_t off,
 	kvl_iov pc = {v, 16};
 	size_t one = 1;
 	int res;
-	if (kvl_store_put(s, k, 1, &pc, &one, &res) || res < 0)
-		abort();
+	ASSERT_CODE(kvl_store_put(s, k, 1, &pc, &one, &res), KVL_OK);
+	ASSERT_TRUE(res >= 0);
 	if (then)
 		fault_set(s, then);
 	const char *k2[1] = {key};
@@ -906,7 +867,7 @@ static int get_range(kvl_store *s, const char *key, uint64_t off, size_t len)
 
 static int r_store_get_beyond(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	int rc = get_range(s, "a", 8, 16);
 	kvl_store_close(s);
 	return rc;
@@ -914,7 +875,7 @@ static int r_store_get_beyond(void)
 
 static int r_store_get_absent(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	int rc = get_range(s, "b", 0, 4);
 	kvl_store_close(s);
 	g_msg_noted = 0; /* an absent key is an answer, not a failure */
@@ -923,14 +884,13 @@ static int r_store_get_absent(void)
 
 static int r_store_put_too_big(void)
 {
-	kvl_store *s = store("mem:?capacity=1KiB");
+	kvl_store *s = open_ok("mem:?capacity=1KiB");
 	static char v[2048];
 	const char *k[1] = {"big"};
 	kvl_iov pc = {v, sizeof v};
 	size_t one = 1;
 	int res = -100;
-	if (kvl_store_put(s, k, 1, &pc, &one, &res))
-		abort();
+	ASSERT_CODE(kvl_store_put(s, k, 1, &pc, &one, &res), KVL_OK);
 	note(res, kvl_store_errmsg(s));
 	kvl_store_close(s);
 	return res;
@@ -938,7 +898,7 @@ static int r_store_put_too_big(void)
 
 static int reg(void *addr, size_t len, kvl_mem_kind mem)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	int rc = kvl_store_register(s, addr, len, mem);
 	note(rc, kvl_store_errmsg(s));
 	kvl_store_close(s);
@@ -954,7 +914,7 @@ static int r_store_register_kind(void)
 
 static int r_store_stats_null(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	int rc = kvl_store_stats_get(s, NULL);
 	note(rc, kvl_store_errmsg(s));
 	kvl_store_close(s);
@@ -963,7 +923,7 @@ static int r_store_stats_null(void)
 
 static int r_store_render_format(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	char b[4096];
 	int rc = kvl_store_stats_render(s, (kvl_stats_format)9, b, sizeof b,
 	                                NULL);
@@ -974,7 +934,7 @@ static int r_store_render_format(void)
 
 static int r_store_render_small(void)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	char b[8];
 	size_t need = 0;
 	int rc = kvl_store_stats_render(s, KVL_STATS_JSON, b, sizeof b, &need);
@@ -987,7 +947,7 @@ static int r_store_render_small(void)
 
 static int r_state_down_exists(void)
 {
-	kvl_store *s = store("fault+mem:?fault.down=1");
+	kvl_store *s = open_ok("fault+mem:?fault.down=1");
 	const char *k[1] = {"a"};
 	int res[1];
 	int rc = kvl_store_exists(s, k, 1, res);
@@ -998,7 +958,7 @@ static int r_state_down_exists(void)
 
 static int r_state_down_put(void)
 {
-	kvl_store *s = store("fault+mem:?fault.down=1");
+	kvl_store *s = open_ok("fault+mem:?fault.down=1");
 	const char *k[1] = {"a"};
 	char v[4] = "abc";
 	kvl_iov pc = {v, 4};
@@ -1012,7 +972,7 @@ static int r_state_down_put(void)
 
 static int r_state_key_error(void)
 {
-	kvl_store *s = store("fault+mem:");
+	kvl_store *s = open_ok("fault+mem:");
 	int rc = get_range_then(s, "a", 0, 4, set_error);
 	kvl_store_close(s);
 	return rc;
@@ -1020,7 +980,7 @@ static int r_state_key_error(void)
 
 static int r_state_register_down(void)
 {
-	kvl_store *s = store("fault+mem:?fault.down=1");
+	kvl_store *s = open_ok("fault+mem:?fault.down=1");
 	int rc = kvl_store_register(s, g_arena, 8, KVL_MEM_HOST);
 	note(rc, kvl_store_errmsg(s));
 	kvl_store_close(s);
@@ -1034,7 +994,7 @@ static int pages_get_after(const char *uri, void (*prep)(kvl_store *, eng *))
 {
 	eng e;
 	eng_init(&e);
-	kvl_store *s = store(uri);
+	kvl_store *s = open_ok(uri);
 	prep(s, &e);
 	kvl_hash h = page_n(1);
 	size_t slot = 1;
@@ -1067,7 +1027,7 @@ static void prep_flip(kvl_store *s, eng *e)
 static void copy_object(kvl_store *s, eng *e, int which_page, size_t cut,
                         const char *from_uri)
 {
-	kvl_store *from = store(from_uri);
+	kvl_store *from = open_ok(from_uri);
 	kvl_hash h1 = page_n(1), h2 = page_n((unsigned)which_page);
 	put_page(from, e, &h2);
 	size_t size = 0;
@@ -1080,13 +1040,13 @@ static void copy_object(kvl_store *s, eng *e, int which_page, size_t cut,
 	kvl_range r = {0, obj, size};
 	size_t one = 1;
 	int64_t got;
-	if (!obj || kvl_store_get(from, k, 1, &r, &one, &got) ||
-	    got != (int64_t)size)
-		abort();
+	ASSERT_TRUE(obj != NULL);
+	ASSERT_CODE(kvl_store_get(from, k, 1, &r, &one, &got), KVL_OK);
+	ASSERT_EQ(got, (int64_t)size);
 	kvl_iov pc = {obj, size - cut};
 	int res;
-	if (kvl_store_put(s, k1, 1, &pc, &one, &res) || res < 0)
-		abort();
+	ASSERT_CODE(kvl_store_put(s, k1, 1, &pc, &one, &res), KVL_OK);
+	ASSERT_TRUE(res >= 0);
 	free(obj);
 	kvl_store_close(from);
 }
@@ -1144,12 +1104,13 @@ static int r_pages_slot(void)
 {
 	eng e;
 	eng_init(&e);
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	kvl_hash h = page_n(1);
 	size_t slot = NP;
 	int res = -100;
-	if (kvl_pages_get(s, e.l, e.kv, &h, &slot, 1, KVL_ALL_LAYERS, &res))
-		abort();
+	ASSERT_CODE(kvl_pages_get(s, e.l, e.kv, &h, &slot, 1, KVL_ALL_LAYERS,
+	                          &res),
+	            KVL_OK);
 	note(res, kvl_store_errmsg(s));
 	kvl_store_close(s);
 	eng_free(&e);
@@ -1160,7 +1121,7 @@ static int r_pages_layer(void)
 {
 	eng e;
 	eng_init(&e);
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	kvl_hash h = page_n(1);
 	size_t slot = 0;
 	int res = -100;
@@ -1175,7 +1136,7 @@ static int r_pages_pool(void)
 {
 	eng e;
 	eng_init(&e);
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	kvl_hash h = page_n(1);
 	int res = -100;
 	int rc = kvl_pages_exist(s, e.l, 5, &h, 1, &res);
@@ -1189,7 +1150,7 @@ static int r_pages_pool(void)
 
 static int open_lk(eng *e, int finalize, const kvl_linker_opts *o)
 {
-	kvl_store *s = store("mem:");
+	kvl_store *s = open_ok("mem:");
 	kvl_linker *lk = NULL;
 	char err[256] = "";
 	kvl_layout *l = e ? e->l : NULL;
@@ -1246,11 +1207,11 @@ static int r_linker_cuda(void)
 	int kv;
 	kvl_buffer b = buf_at(g_arena, K_BYTES);
 	b.mem = KVL_MEM_CUDA;
-	if (kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv) ||
-	    kvl_layout_add_buffer(l, kv, "k", 0, &b) ||
-	    kvl_layout_finalize(l))
-		abort();
-	kvl_store *s = store("mem:");
+	ASSERT_CODE(kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv),
+	            KVL_OK);
+	ASSERT_CODE(kvl_layout_add_buffer(l, kv, "k", 0, &b), KVL_OK);
+	ASSERT_CODE(kvl_layout_finalize(l), KVL_OK);
+	kvl_store *s = open_ok("mem:");
 	kvl_linker *lk = NULL;
 	char err[256] = "";
 	int rc = kvl_linker_open(l, s, NULL, &lk, err, sizeof err);
@@ -1274,7 +1235,7 @@ typedef struct lks {
 static void lks_open(lks *x, const char *uri, const kvl_linker_opts *o)
 {
 	eng_init(&x->e);
-	x->s = store(uri);
+	x->s = open_ok(uri);
 	x->lk = linker(&x->e, x->s, o);
 	for (unsigned i = 0; i < 4; i++) {
 		x->pages[i] = page_n(i + 1);
@@ -1394,8 +1355,7 @@ static int r_load_dup(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	if (kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp), KVL_OK);
 	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp));
 }
 
@@ -1405,8 +1365,7 @@ static int r_load_full(void)
 	o.max_requests = 1;
 	lks x;
 	lks_open(&x, "mem:", &o);
-	if (kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp), KVL_OK);
 	return lks_close(&x, kvl_linker_load(x.lk, 2, x.pages, 4, NULL, x.sp));
 }
 
@@ -1450,8 +1409,7 @@ static int r_start_full(void)
 	lks_open(&x, "fault+mem:", NULL);
 	put_page(x.s, &x.e, &x.pages[0]);
 	fault_set(x.s, set_slow);
-	if (kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp), KVL_OK);
 	uint64_t b;
 	int rc = 0;
 	for (int i = 0; i <= KVL_LINKER_MAX_BATCHES && rc == 0; i++)
@@ -1464,8 +1422,7 @@ static int r_wait_layer(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	uint64_t b;
-	if (kvl_linker_start(x.lk, &b))
-		abort();
+	ASSERT_CODE(kvl_linker_start(x.lk, &b), KVL_OK);
 	return lks_close(&x, kvl_linker_wait(x.lk, b, N_LAYERS, 0));
 }
 
@@ -1481,13 +1438,10 @@ static int r_wait_old(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	uint64_t b0 = 0, b;
-	if (kvl_linker_start(x.lk, &b0))
-		abort();
+	ASSERT_CODE(kvl_linker_start(x.lk, &b0), KVL_OK);
 	for (int i = 0; i < KVL_LINKER_MAX_BATCHES; i++) {
-		if (kvl_linker_wait(x.lk, i ? b : b0, 0, 5000))
-			abort();
-		if (kvl_linker_start(x.lk, &b))
-			abort();
+		ASSERT_CODE(kvl_linker_wait(x.lk, i ? b : b0, 0, 5000), KVL_OK);
+		ASSERT_CODE(kvl_linker_start(x.lk, &b), KVL_OK);
 	}
 	return lks_close(&x, kvl_linker_wait(x.lk, b0, 0, 0));
 }
@@ -1498,11 +1452,9 @@ static int r_wait_timeout(void)
 	lks_open(&x, "fault+mem:", NULL);
 	put_page(x.s, &x.e, &x.pages[0]);
 	fault_set(x.s, set_slow);
-	if (kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp), KVL_OK);
 	uint64_t b;
-	if (kvl_linker_start(x.lk, &b))
-		abort();
+	ASSERT_CODE(kvl_linker_start(x.lk, &b), KVL_OK);
 	return lks_close(&x, kvl_linker_wait(x.lk, b, 0, 20));
 }
 
@@ -1555,11 +1507,9 @@ static int r_wait_shutdown(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	if (kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp), KVL_OK);
 	uint64_t b;
-	if (kvl_linker_start(x.lk, &b))
-		abort();
+	ASSERT_CODE(kvl_linker_start(x.lk, &b), KVL_OK);
 	kvl_linker_shutdown(x.lk);
 	/* Either the batch finished before the shutdown (absent page) or it
 	 * was canceled: ask a batch that surely was canceled. */
@@ -1568,10 +1518,8 @@ static int r_wait_shutdown(void)
 	lks_open(&y, "fault+mem:", NULL);
 	put_page(y.s, &y.e, &y.pages[0]);
 	fault_set(y.s, set_slow);
-	if (kvl_linker_load(y.lk, 1, y.pages, 1, NULL, y.sp))
-		abort();
-	if (kvl_linker_start(y.lk, &b))
-		abort();
+	ASSERT_CODE(kvl_linker_load(y.lk, 1, y.pages, 1, NULL, y.sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_start(y.lk, &b), KVL_OK);
 	kvl_linker_shutdown(y.lk);
 	int rc = kvl_linker_wait(y.lk, b, N_LAYERS - 1, 5000);
 	lks_close(&x, 0);
@@ -1583,9 +1531,9 @@ static int r_done_canceled(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	int co = -1;
-	if (kvl_linker_load(x.lk, 3, x.pages, 4, NULL, x.sp) ||
-	    kvl_linker_cancel(x.lk, 3, &co) || co != 1)
-		abort();
+	ASSERT_CODE(kvl_linker_load(x.lk, 3, x.pages, 4, NULL, x.sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_cancel(x.lk, 3, &co), KVL_OK);
+	ASSERT_EQ(co, 1);
 	return done(lks_close(&x, completion_of(x.lk, 3, NULL)));
 }
 
@@ -1593,8 +1541,7 @@ static int r_done_shutdown(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	if (kvl_linker_load(x.lk, 3, x.pages, 4, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_load(x.lk, 3, x.pages, 4, NULL, x.sp), KVL_OK);
 	kvl_linker_shutdown(x.lk);
 	return done(lks_close(&x, completion_of(x.lk, 3, NULL)));
 }
@@ -1604,8 +1551,8 @@ static int r_offload_dup(void)
 	lks x;
 	lks_open(&x, "fault+mem:", NULL);
 	fault_set(x.s, set_slow);
-	if (kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp),
+	            KVL_OK);
 	return lks_close(&x, kvl_linker_offload(x.lk, 1, x.pages, 4, NULL,
 	                                        x.sp));
 }
@@ -1616,8 +1563,8 @@ static int r_offload_full(void)
 	o.max_requests = 1;
 	lks x;
 	lks_open(&x, "mem:", &o);
-	if (kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp),
+	            KVL_OK);
 	return lks_close(&x, kvl_linker_offload(x.lk, 2, x.pages, 4, NULL,
 	                                        x.sp));
 }
@@ -1647,8 +1594,8 @@ static int r_done_offload_down(void)
 {
 	lks x;
 	lks_open(&x, "fault+mem:?fault.down=1", NULL);
-	if (kvl_linker_offload(x.lk, 5, x.pages, 4, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_offload(x.lk, 5, x.pages, 4, NULL, x.sp),
+	            KVL_OK);
 	return done(lks_close(&x, completion_of(x.lk, 5, NULL)));
 }
 
@@ -1656,8 +1603,8 @@ static int r_done_offload_big(void)
 {
 	lks x;
 	lks_open(&x, "mem:?capacity=200", NULL);
-	if (kvl_linker_offload(x.lk, 5, x.pages, 4, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_offload(x.lk, 5, x.pages, 4, NULL, x.sp),
+	            KVL_OK);
 	return done(lks_close(&x, completion_of(x.lk, 5, NULL)));
 }
 
@@ -1666,8 +1613,8 @@ static int r_flush_timeout(void)
 	lks x;
 	lks_open(&x, "fault+mem:", NULL);
 	fault_set(x.s, set_slow);
-	if (kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp))
-		abort();
+	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp),
+	            KVL_OK);
 	return lks_close(&x, kvl_linker_flush(x.lk, 20));
 }
 
@@ -1707,10 +1654,8 @@ static int tool(const char *input, const char *const *args)
 		return skip("KVL_TOOL is not set (ctest sets it)");
 	char tin[] = "/tmp/kvl-errors-XXXXXX";
 	int fd = mkstemp(tin);
-	if (fd < 0)
-		abort();
-	if (write(fd, input, strlen(input)) != (ssize_t)strlen(input))
-		abort();
+	ASSERT_TRUE(fd >= 0);
+	ASSERT_EQ(write(fd, input, strlen(input)), (ssize_t)strlen(input));
 	close(fd);
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -1765,10 +1710,8 @@ static int trace(const char *text)
 		return skip("KVL_TOOL is not set (ctest sets it)");
 	char path[] = "/tmp/kvl-trace-XXXXXX";
 	int fd = mkstemp(path);
-	if (fd < 0)
-		abort();
-	if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-		abort();
+	ASSERT_TRUE(fd >= 0);
+	ASSERT_EQ(write(fd, text, strlen(text)), (ssize_t)strlen(text));
 	close(fd);
 	int rc = TOOL("", "replay", path);
 	unlink(path);

@@ -16,70 +16,28 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/kvl_assert.h"
+#include "support/stores.h"
 
 #include "store/evict.h"
 #include "kvlink.h"
 
 /* ------------------------------------------------------------ helpers */
 
-static kvl_store *open_ok(const char *uri)
-{
-	char eb[512];
-	kvl_store *s = NULL;
-	int rc = kvl_store_open(uri, &s, eb, sizeof eb);
-	if (rc)
-		fail_msg("kvl_store_open(\"%s\") == %s: %s", uri,
-		         kvl_err_name(rc), eb);
-	return s;
-}
-
-static void open_fails(const char *uri, const char *needle)
-{
-	char eb[512] = "";
-	kvl_store *s = NULL;
-	int rc = kvl_store_open(uri, &s, eb, sizeof eb);
-	if (rc != KVL_EPARSE)
-		fail_msg("kvl_store_open(\"%s\") == %s, expected KVL_EPARSE",
-		         uri, kvl_err_name(rc));
-	if (!strstr(eb, needle))
-		fail_msg("message \"%s\" does not name \"%s\"", eb, needle);
-	assert_null(s);
-}
-
+/* The objects of these tests: the 100 bytes of payload each (the key and
+ * 64 bytes of bookkeeping make up their accounted size), read back 8 bytes
+ * at a time. */
 static uint8_t payload[100];
 
-static int put1(kvl_store *s, const char *key)
+static int put_obj(kvl_store *s, const char *key)
 {
-	kvl_iov iov = {payload, sizeof payload};
-	size_t np = 1;
-	int res = 12345;
-	ASSERT_EQ(kvl_store_put(s, &key, 1, &iov, &np, &res), 0);
-	return res;
+	return put1(s, key, payload, sizeof payload);
 }
 
-static int exists1(kvl_store *s, const char *key)
-{
-	int res = 12345;
-	ASSERT_EQ(kvl_store_exists(s, &key, 1, &res), 0);
-	return res;
-}
-
-static int64_t get1(kvl_store *s, const char *key)
+static int64_t get_obj(kvl_store *s, const char *key)
 {
 	uint8_t d[8];
-	kvl_range r = {0, d, sizeof d};
-	size_t nr = 1;
-	int64_t res = 12345;
-	ASSERT_EQ(kvl_store_get(s, &key, 1, &r, &nr, &res), 0);
-	return res;
-}
-
-static kvl_store_stats stats(kvl_store *s)
-{
-	kvl_store_stats st;
-	ASSERT_EQ(kvl_store_stats_get(s, &st), 0);
-	return st;
+	return get1(s, key, 0, d, sizeof d);
 }
 
 /* Asserts which of the one-letter keys in `all` are present: `present`
@@ -104,11 +62,11 @@ static void test_options(void **state)
 	kvl_store_close(open_ok("mem:?policy=lru"));
 	kvl_store_close(open_ok("mem:?policy=slru&max_objects=3"));
 	kvl_store_close(open_ok("mem:?max_objects=1"));
-	open_fails("mem:?policy=lfu", "policy=lfu");
-	open_fails("mem:?policy=LRU", "unknown eviction policy");
-	open_fails("mem:?max_objects=0", "max_objects=0");
-	open_fails("mem:?max_objects=many", "max_objects=many");
-	open_fails("mem:?max_objects=-1", "max_objects=-1");
+	open_fails("mem:?policy=lfu", KVL_EPARSE, "policy=lfu");
+	open_fails("mem:?policy=LRU", KVL_EPARSE, "unknown eviction policy");
+	open_fails("mem:?max_objects=0", KVL_EPARSE, "max_objects=0");
+	open_fails("mem:?max_objects=many", KVL_EPARSE, "max_objects=many");
+	open_fails("mem:?max_objects=-1", KVL_EPARSE, "max_objects=-1");
 	assert_string_equal(kvl__mem_policy_name(0), "slru");
 	assert_string_equal(kvl__mem_policy_name(1), "lru");
 	assert_null(kvl__mem_policy_name(2));
@@ -121,14 +79,14 @@ static void test_lru_max_objects(void **state)
 {
 	(void)state;
 	kvl_store *s = open_ok("mem:?policy=lru&max_objects=3");
-	ASSERT_EQ(put1(s, "a"), KVL_PUT_STORED);
-	ASSERT_EQ(put1(s, "b"), KVL_PUT_STORED);
-	ASSERT_EQ(put1(s, "c"), KVL_PUT_STORED);
+	ASSERT_EQ(put_obj(s, "a"), KVL_PUT_STORED);
+	ASSERT_EQ(put_obj(s, "b"), KVL_PUT_STORED);
+	ASSERT_EQ(put_obj(s, "c"), KVL_PUT_STORED);
 	ASSERT_EQ(exists1(s, "a"), 1);     /* LRU order: b c a */
-	ASSERT_EQ(put1(s, "d"), KVL_PUT_STORED); /* evicts b */
-	ASSERT_EQ(put1(s, "c"), KVL_PUT_PRESENT); /* no touch */
-	ASSERT_EQ(put1(s, "e"), KVL_PUT_STORED); /* evicts c */
-	kvl_store_stats st = stats(s);
+	ASSERT_EQ(put_obj(s, "d"), KVL_PUT_STORED); /* evicts b */
+	ASSERT_EQ(put_obj(s, "c"), KVL_PUT_PRESENT); /* no touch */
+	ASSERT_EQ(put_obj(s, "e"), KVL_PUT_STORED); /* evicts c */
+	kvl_store_stats st = store_stats(s);
 	ASSERT_EQ(st.objects, 3);
 	ASSERT_EQ(st.evictions, 2);
 	expect_present(s, "abcde", "ade");
@@ -143,17 +101,17 @@ static void test_slru_promotion(void **state)
 {
 	(void)state;
 	kvl_store *s = open_ok("mem:?max_objects=4"); /* slru: the default */
-	put1(s, "a");
-	put1(s, "b");
-	put1(s, "c");
+	put_obj(s, "a");
+	put_obj(s, "b");
+	put_obj(s, "c");
 	ASSERT_EQ(exists1(s, "a"), 1); /* a → protected */
-	ASSERT_EQ(get1(s, "b"), 8);    /* b → protected */
+	ASSERT_EQ(get_obj(s, "b"), 8); /* b → protected */
 	/* Probation: c. Protected: b a. */
-	put1(s, "d");                   /* 4 objects */
-	put1(s, "e");                   /* evicts c */
-	put1(s, "f");                   /* evicts d */
-	put1(s, "g");                   /* evicts e */
-	ASSERT_EQ(stats(s).evictions, 3);
+	put_obj(s, "d");                /* 4 objects */
+	put_obj(s, "e");                /* evicts c */
+	put_obj(s, "f");                /* evicts d */
+	put_obj(s, "g");                /* evicts e */
+	ASSERT_EQ(store_stats(s).evictions, 3);
 	expect_present(s, "abcdefg", "abfg");
 	kvl_store_close(s);
 }
@@ -167,7 +125,7 @@ static void test_slru_demotion_count(void **state)
 	const char *keys = "abcdefghij";
 	for (const char *k = keys; *k; k++) {
 		char key[2] = {*k, 0};
-		put1(s, key);
+		put_obj(s, key);
 	}
 	/* Promote all ten in order: the tenth demotes a (protected holds
 	 * 9), which is then alone on probation. */
@@ -175,9 +133,9 @@ static void test_slru_demotion_count(void **state)
 		char key[2] = {*k, 0};
 		ASSERT_EQ(exists1(s, key), 1);
 	}
-	put1(s, "x"); /* evicts a */
-	put1(s, "y"); /* evicts x: probation's tail */
-	ASSERT_EQ(stats(s).evictions, 2);
+	put_obj(s, "x"); /* evicts a */
+	put_obj(s, "y"); /* evicts x: probation's tail */
+	ASSERT_EQ(store_stats(s).evictions, 2);
 	expect_present(s, "abcdefghijxy", "bcdefghijy");
 	kvl_store_close(s);
 }
@@ -191,15 +149,15 @@ static void test_slru_demotion_bytes(void **state)
 	const char *keys = "abcdefghij";
 	for (const char *k = keys; *k; k++) {
 		char key[2] = {*k, 0};
-		put1(s, key);
+		put_obj(s, key);
 	}
-	ASSERT_EQ(stats(s).objects, 10);
+	ASSERT_EQ(store_stats(s).objects, 10);
 	for (const char *k = keys; *k; k++) {
 		char key[2] = {*k, 0};
 		ASSERT_EQ(exists1(s, key), 1);
 	}
-	put1(s, "x"); /* evicts a, demoted when j was promoted */
-	ASSERT_EQ(stats(s).evictions, 1);
+	put_obj(s, "x"); /* evicts a, demoted when j was promoted */
+	ASSERT_EQ(store_stats(s).evictions, 1);
 	expect_present(s, "abcdefghijx", "bcdefghijx");
 	kvl_store_close(s);
 }
@@ -210,15 +168,15 @@ static void test_slru_ghost(void **state)
 {
 	(void)state;
 	kvl_store *s = open_ok("mem:?max_objects=3");
-	put1(s, "a");
-	put1(s, "b");
-	put1(s, "c");
-	put1(s, "d"); /* evicts a: remembered */
-	put1(s, "a"); /* evicts b; a → protected */
-	put1(s, "e"); /* evicts c */
-	put1(s, "f"); /* evicts d */
-	put1(s, "g"); /* evicts e */
-	ASSERT_EQ(stats(s).evictions, 5);
+	put_obj(s, "a");
+	put_obj(s, "b");
+	put_obj(s, "c");
+	put_obj(s, "d"); /* evicts a: remembered */
+	put_obj(s, "a"); /* evicts b; a → protected */
+	put_obj(s, "e"); /* evicts c */
+	put_obj(s, "f"); /* evicts d */
+	put_obj(s, "g"); /* evicts e */
+	ASSERT_EQ(store_stats(s).evictions, 5);
 	expect_present(s, "abcdefg", "afg");
 	kvl_store_close(s);
 }
@@ -228,18 +186,18 @@ static void test_slru_remove_forgets(void **state)
 {
 	(void)state;
 	kvl_store *s = open_ok("mem:?max_objects=3");
-	put1(s, "a");
-	put1(s, "b");
-	put1(s, "c");
+	put_obj(s, "a");
+	put_obj(s, "b");
+	put_obj(s, "c");
 	const char *ka = "a";
 	int res;
 	ASSERT_EQ(kvl_store_remove(s, &ka, 1, &res), 0);
 	ASSERT_EQ(res, 1);
-	put1(s, "a"); /* probation, not protected */
-	put1(s, "d"); /* evicts b */
-	put1(s, "e"); /* evicts c */
-	put1(s, "f"); /* evicts a */
-	ASSERT_EQ(stats(s).evictions, 3);
+	put_obj(s, "a"); /* probation, not protected */
+	put_obj(s, "d"); /* evicts b */
+	put_obj(s, "e"); /* evicts c */
+	put_obj(s, "f"); /* evicts a */
+	ASSERT_EQ(store_stats(s).evictions, 3);
 	expect_present(s, "abcdef", "def");
 	kvl_store_close(s);
 }
@@ -249,13 +207,13 @@ static void test_slru_protected_victim(void **state)
 {
 	(void)state;
 	kvl_store *s = open_ok("mem:?max_objects=2");
-	put1(s, "a");
-	put1(s, "b");
+	put_obj(s, "a");
+	put_obj(s, "b");
 	/* Share of 2 is 2: both fit on protected; b is the most recent. */
 	ASSERT_EQ(exists1(s, "a"), 1);
 	ASSERT_EQ(exists1(s, "b"), 1);
-	put1(s, "c"); /* probation empty: evicts a, protected's tail */
-	ASSERT_EQ(stats(s).evictions, 1);
+	put_obj(s, "c"); /* probation empty: evicts a, protected's tail */
+	ASSERT_EQ(store_stats(s).evictions, 1);
 	expect_present(s, "abc", "bc");
 	kvl_store_close(s);
 }
@@ -329,7 +287,7 @@ static void test_slru_threads(void **state)
 		pthread_join(th[i], NULL);
 		ASSERT_EQ(c[i].bad, 0);
 	}
-	kvl_store_stats st = stats(s);
+	kvl_store_stats st = store_stats(s);
 	assert_true(st.evictions > 0);
 	assert_true(st.objects <= 100);
 	assert_true(st.bytes <= 10000);

@@ -22,7 +22,11 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/clock.h"
+#include "support/faults.h"
+#include "support/kvl_assert.h"
+#include "support/rand.h"
+#include "support/stores.h"
 
 #include "kvlink.h"
 #include "store/store.h"
@@ -30,103 +34,11 @@
 
 /* --------------------------------------------------------------- helpers */
 
-static kvl_store *open_ok(const char *uri)
-{
-	char eb[KVL__ERRMSG_MAX];
-	kvl_store *s = NULL;
-	int rc = kvl_store_open(uri, &s, eb, sizeof eb);
-	if (rc != 0)
-		fail_msg("kvl_store_open(\"%s\") == %s: %s", uri,
-		         kvl_err_name(rc), eb);
-	assert_non_null(s);
-	return s;
-}
-
-/* Opening `uri` fails with `code` and a message that contains `needle`. */
-static void open_fails(const char *uri, int code, const char *needle)
-{
-	char eb[KVL__ERRMSG_MAX] = "";
-	kvl_store *s = NULL;
-	int rc = kvl_store_open(uri, &s, eb, sizeof eb);
-	if (rc != code)
-		fail_msg("kvl_store_open(\"%s\") == %s (%s), expected %s", uri,
-		         kvl_err_name(rc), eb, kvl_err_name(code));
-	assert_null(s);
-	if (!strstr(eb, needle))
-		fail_msg("kvl_store_open(\"%s\"): message \"%s\" does not "
-		         "contain \"%s\"",
-		         uri, eb, needle);
-}
-
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Bytes that differ by seed and by offset, so a misplaced range shows. */
-static void fill_pattern(uint8_t *p, size_t n, uint64_t seed)
-{
-	uint64_t x = seed * 0x100000001b3ull + 1;
-	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)splitmix(&x);
-}
-
-static int put1(kvl_store *s, const char *key, const void *data, size_t len)
-{
-	kvl_iov iov = { (void *)data, len };
-	size_t np = 1;
-	int res = 99;
-	int rc = kvl_store_put(s, &key, 1, &iov, &np, &res);
-	return rc < 0 ? rc : res;
-}
-
-static int64_t get1(kvl_store *s, const char *key, void *dst, size_t len)
-{
-	kvl_range r = { 0, dst, len };
-	size_t nr = 1;
-	int64_t res = 99;
-	int rc = kvl_store_get(s, &key, 1, &r, &nr, &res);
-	return rc < 0 ? rc : res;
-}
-
-static int exists1(kvl_store *s, const char *key)
-{
-	int res = 99;
-	int rc = kvl_store_exists(s, &key, 1, &res);
-	return rc < 0 ? rc : res;
-}
-
-static int remove1(kvl_store *s, const char *key)
-{
-	int res = 99;
-	int rc = kvl_store_remove(s, &key, 1, &res);
-	return rc < 0 ? rc : res;
-}
-
-static kvl__fault_cfg cfg_of(kvl_store *s)
-{
-	kvl__fault_cfg c;
-	memset(&c, 0xff, sizeof c);
-	ASSERT_CODE(kvl__fault_get(s, &c), 0);
-	return c;
-}
-
-static void set_cfg(kvl_store *s, const kvl__fault_cfg *c)
-{
-	int rc = kvl__fault_set(s, c);
-	if (rc != 0)
-		fail_msg("kvl__fault_set == %s: %s", kvl_err_name(rc),
-		         kvl_store_errmsg(s));
-}
-
 static void set_error(kvl_store *s, double p)
 {
-	kvl__fault_cfg c = cfg_of(s);
+	kvl__fault_cfg c = fault_cfg(s);
 	c.error = p;
-	set_cfg(s, &c);
+	fault_set_cfg(s, &c);
 }
 
 struct fcounts {
@@ -140,13 +52,6 @@ static struct fcounts counts_of(kvl_store *s)
 	                              &c.evictions, &c.delays),
 	            0);
 	return c;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Number of bits that differ between a and b. */
@@ -186,7 +91,7 @@ static void test_uri_rebuild(void **state)
 	ASSERT_U64(st.capacity, 64 * 1024);
 	uint8_t *big = calloc(1, 100 * 1024);
 	assert_non_null(big);
-	ASSERT_CODE(put1(s, "big", big, 100 * 1024), KVL_ERANGE);
+	ASSERT_CODE(put1_rc(s, "big", big, 100 * 1024), KVL_ERANGE);
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "capacity");
 	free(big);
 	kvl_store_close(s);
@@ -300,7 +205,7 @@ static void test_passthrough(void **state)
 		assert_memory_equal(dst[i] + B, src[i], A);
 	}
 	for (int i = 0; i < N; i++)
-		ASSERT_EQ(exists1(s, keys[i]), 1);
+		ASSERT_EQ(exists1_rc(s, keys[i]), 1);
 
 	/* A bad key in the middle: store.c splits the call around it. */
 	const char *mixed[3] = { "p0", "", "p2" };
@@ -310,11 +215,11 @@ static void test_passthrough(void **state)
 	ASSERT_CODE(ex[1], KVL_EINVAL);
 	ASSERT_EQ(ex[2], 1);
 
-	ASSERT_EQ(remove1(s, "p1"), 1);
-	ASSERT_EQ(remove1(s, "p1"), 0);
-	ASSERT_EQ(exists1(s, "p1"), 0);
-	ASSERT_CODE(get1(s, "p1", dst[1], 16), KVL_ENOTFOUND);
-	ASSERT_CODE(get1(s, "p2", dst[2], A + B + 1), KVL_ERANGE);
+	ASSERT_EQ(remove1_rc(s, "p1"), 1);
+	ASSERT_EQ(remove1_rc(s, "p1"), 0);
+	ASSERT_EQ(exists1_rc(s, "p1"), 0);
+	ASSERT_CODE(get1_rc(s, "p1", 0, dst[1], 16), KVL_ENOTFOUND);
+	ASSERT_CODE(get1_rc(s, "p2", 0, dst[2], A + B + 1), KVL_ERANGE);
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "beyond");
 
 	kvl_store_stats st;
@@ -594,7 +499,7 @@ static void test_corrupt(void **state)
 	kvl_store *s = open_ok("fault+mem:?fault.corrupt=1&fault.seed=5");
 	static uint8_t src[LEN], dst[LEN + 64];
 	fill_pattern(src, LEN, 3);
-	ASSERT_CODE(put1(s, "c", src, LEN), KVL_PUT_STORED);
+	ASSERT_CODE(put1_rc(s, "c", src, LEN), KVL_PUT_STORED);
 
 	/* Three ranges into one buffer, in object order, with the last 64
 	 * bytes of dst never read into. */
@@ -632,11 +537,11 @@ static void test_corrupt(void **state)
 	ASSERT_U64(counts_of(s).corruptions, ROUNDS);
 
 	/* The stored object itself was never touched. */
-	kvl__fault_cfg c = cfg_of(s);
+	kvl__fault_cfg c = fault_cfg(s);
 	c.corrupt = 0;
-	set_cfg(s, &c);
+	fault_set_cfg(s, &c);
 	memset(dst, 0, sizeof dst);
-	ASSERT_EQ(get1(s, "c", dst, LEN), LEN);
+	ASSERT_EQ(get1_rc(s, "c", 0, dst, LEN), LEN);
 	assert_memory_equal(dst, src, LEN);
 	kvl_store_close(s);
 }
@@ -684,9 +589,9 @@ static void test_corrupt_pages(void **state)
 	for (int i = 0; i < PAGES / 2; i++)
 		ASSERT_CODE(res[i], KVL_PUT_STORED);
 
-	kvl__fault_cfg c = cfg_of(s);
+	kvl__fault_cfg c = fault_cfg(s);
 	c.corrupt = 1;
-	set_cfg(s, &c);
+	fault_set_cfg(s, &c);
 	int corrupt = 0;
 	for (int round = 0; round < 4; round++) {
 		ASSERT_CODE(kvl_pages_get(s, l, pool, pages, to, PAGES / 2,
@@ -705,7 +610,7 @@ static void test_corrupt_pages(void **state)
 	assert_true(corrupt > 0);
 
 	c.corrupt = 0;
-	set_cfg(s, &c);
+	fault_set_cfg(s, &c);
 	ASSERT_CODE(kvl_pages_get(s, l, pool, pages, to, PAGES / 2,
 	                          KVL_ALL_LAYERS, res),
 	            0);
@@ -727,23 +632,23 @@ static void test_evict(void **state)
 	kvl_store *s = open_ok("fault+mem:?fault.evict=1");
 	uint8_t v[32] = { 1, 2, 3 }, d[32];
 
-	ASSERT_CODE(put1(s, "x", v, sizeof v), KVL_PUT_STORED); /* no evict */
-	ASSERT_EQ(exists1(s, "x"), 0);
+	ASSERT_CODE(put1_rc(s, "x", v, sizeof v), KVL_PUT_STORED); /* no evict */
+	ASSERT_EQ(exists1_rc(s, "x"), 0);
 	ASSERT_U64(counts_of(s).evictions, 1);
 
-	kvl__fault_cfg c = cfg_of(s);
+	kvl__fault_cfg c = fault_cfg(s);
 	c.evict = 0;
-	set_cfg(s, &c);
-	ASSERT_EQ(exists1(s, "x"), 0); /* really gone from the inner store */
-	ASSERT_CODE(put1(s, "x", v, sizeof v), KVL_PUT_STORED);
-	ASSERT_EQ(exists1(s, "x"), 1);
+	fault_set_cfg(s, &c);
+	ASSERT_EQ(exists1_rc(s, "x"), 0); /* really gone from the inner store */
+	ASSERT_CODE(put1_rc(s, "x", v, sizeof v), KVL_PUT_STORED);
+	ASSERT_EQ(exists1_rc(s, "x"), 1);
 
 	c.evict = 1;
-	set_cfg(s, &c);
-	ASSERT_CODE(get1(s, "x", d, sizeof d), KVL_ENOTFOUND);
+	fault_set_cfg(s, &c);
+	ASSERT_CODE(get1_rc(s, "x", 0, d, sizeof d), KVL_ENOTFOUND);
 	ASSERT_U64(counts_of(s).evictions, 2);
 	/* Absent keys: nothing to evict, nothing counted. */
-	ASSERT_EQ(exists1(s, "x"), 0);
+	ASSERT_EQ(exists1_rc(s, "x"), 0);
 	ASSERT_U64(counts_of(s).evictions, 2);
 
 	kvl_store_stats st;
@@ -784,12 +689,12 @@ static void test_down(void **state)
 	ASSERT_U64(st.errors, 4);
 	ASSERT_U64(counts_of(s).errors, 4);
 
-	kvl__fault_cfg c = cfg_of(s);
+	kvl__fault_cfg c = fault_cfg(s);
 	ASSERT_EQ(c.down, 1);
 	c.down = 0;
-	set_cfg(s, &c);
-	ASSERT_CODE(put1(s, key, v, sizeof v), KVL_PUT_STORED);
-	ASSERT_EQ(get1(s, key, d, sizeof d), sizeof d);
+	fault_set_cfg(s, &c);
+	ASSERT_CODE(put1_rc(s, key, v, sizeof v), KVL_PUT_STORED);
+	ASSERT_EQ(get1_rc(s, key, 0, d, sizeof d), sizeof d);
 	assert_memory_equal(d, v, sizeof v);
 	ASSERT_CODE(kvl_store_register(s, d, sizeof d, KVL_MEM_HOST), 0);
 	kvl_store_close(s);
@@ -803,15 +708,15 @@ static void test_fail_call(void **state)
 	uint8_t v[64], d[64];
 	fill_pattern(v, sizeof v, 1);
 
-	ASSERT_CODE(put1(s, "a", v, sizeof v), KVL_PUT_STORED); /* put 1 */
-	ASSERT_CODE(put1(s, "b", v, sizeof v), KVL_EIO);        /* put 2 */
+	ASSERT_CODE(put1_rc(s, "a", v, sizeof v), KVL_PUT_STORED); /* put 1 */
+	ASSERT_CODE(put1_rc(s, "b", v, sizeof v), KVL_EIO);        /* put 2 */
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "fail_put_call");
-	ASSERT_EQ(exists1(s, "b"), 0);
-	ASSERT_CODE(put1(s, "b", v, sizeof v), KVL_PUT_STORED); /* put 3 */
+	ASSERT_EQ(exists1_rc(s, "b"), 0);
+	ASSERT_CODE(put1_rc(s, "b", v, sizeof v), KVL_PUT_STORED); /* put 3 */
 
 	for (int call = 1; call <= 6; call++) {
 		memset(d, 0, sizeof d);
-		int64_t got = get1(s, "a", d, sizeof d);
+		int64_t got = get1_rc(s, "a", 0, d, sizeof d);
 		if (call == 3) {
 			ASSERT_CODE(got, KVL_EIO);
 			ASSERT_CONTAINS(kvl_store_errmsg(s), "fail_get_call");
@@ -826,12 +731,12 @@ static void test_fail_call(void **state)
 	ASSERT_U64(puts, 3);
 
 	/* Fail the next get from now on, through the control API. */
-	kvl__fault_cfg c = cfg_of(s);
+	kvl__fault_cfg c = fault_cfg(s);
 	ASSERT_U64(c.fail_get_call, 3);
 	c.fail_get_call = gets + 1;
-	set_cfg(s, &c);
-	ASSERT_CODE(get1(s, "a", d, sizeof d), KVL_EIO);
-	ASSERT_EQ(get1(s, "a", d, sizeof d), sizeof d);
+	fault_set_cfg(s, &c);
+	ASSERT_CODE(get1_rc(s, "a", 0, d, sizeof d), KVL_EIO);
+	ASSERT_EQ(get1_rc(s, "a", 0, d, sizeof d), sizeof d);
 	ASSERT_U64(counts_of(s).errors, 3); /* one key in each failed call */
 	kvl_store_close(s);
 }
@@ -842,12 +747,12 @@ static void test_latency(void **state)
 	kvl_store *s = open_ok("fault+mem:?fault.latency_ms=20");
 	uint8_t v[64] = { 0 }, d[64];
 
-	kvl__fault_cfg c = cfg_of(s);
+	kvl__fault_cfg c = fault_cfg(s);
 	ASSERT_EQ(c.latency_ms, 20);
 	assert_true(c.latency_p == 1.0); /* default with latency_ms */
-	ASSERT_CODE(put1(s, "l", v, sizeof v), KVL_PUT_STORED);
+	ASSERT_CODE(put1_rc(s, "l", v, sizeof v), KVL_PUT_STORED);
 	uint64_t t0 = now_ns();
-	ASSERT_EQ(get1(s, "l", d, sizeof d), sizeof d);
+	ASSERT_EQ(get1_rc(s, "l", 0, d, sizeof d), sizeof d);
 	uint64_t took = now_ns() - t0;
 	print_message("    get with latency_ms=20 took %.1f ms\n",
 	              (double)took / 1e6);
@@ -857,14 +762,14 @@ static void test_latency(void **state)
 	ASSERT_U64(counts_of(s).delays, 2);
 
 	c.latency_p = 0;
-	set_cfg(s, &c);
-	ASSERT_EQ(get1(s, "l", d, sizeof d), sizeof d);
+	fault_set_cfg(s, &c);
+	ASSERT_EQ(get1_rc(s, "l", 0, d, sizeof d), sizeof d);
 	ASSERT_U64(counts_of(s).delays, 2);
 	kvl_store_close(s);
 
 	s = open_ok("fault+mem:?fault.latency_ms=1&fault.latency_p=0.5");
 	for (int i = 0; i < 40; i++)
-		ASSERT_EQ(exists1(s, "l"), 0);
+		ASSERT_EQ(exists1_rc(s, "l"), 0);
 	uint64_t delays = counts_of(s).delays;
 	print_message("    latency_p=0.5: %llu of 40 calls delayed\n",
 	              (unsigned long long)delays);
@@ -880,7 +785,7 @@ static void test_set_runtime(void **state)
 	kvl_store *s = open_ok("fault+mem:");
 	uint8_t v[8] = { 1 };
 
-	kvl__fault_cfg c = cfg_of(s);
+	kvl__fault_cfg c = fault_cfg(s);
 	assert_true(c.error == 0 && c.corrupt == 0 && c.evict == 0);
 	assert_true(c.latency_p == 1.0);
 	ASSERT_EQ(c.latency_ms, 0);
@@ -888,11 +793,11 @@ static void test_set_runtime(void **state)
 	ASSERT_U64(c.fail_get_call, 0);
 	ASSERT_U64(c.fail_put_call, 0);
 
-	ASSERT_CODE(put1(s, "r1", v, sizeof v), KVL_PUT_STORED);
+	ASSERT_CODE(put1_rc(s, "r1", v, sizeof v), KVL_PUT_STORED);
 	c.error = 1;
-	set_cfg(s, &c);
-	ASSERT_CODE(put1(s, "r2", v, sizeof v), KVL_EIO);
-	assert_true(cfg_of(s).error == 1.0);
+	fault_set_cfg(s, &c);
+	ASSERT_CODE(put1_rc(s, "r2", v, sizeof v), KVL_EIO);
+	assert_true(fault_cfg(s).error == 1.0);
 
 	/* Bad values change nothing. */
 	kvl__fault_cfg bad = c;
@@ -912,17 +817,17 @@ static void test_set_runtime(void **state)
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "latency_ms");
 	ASSERT_CODE(kvl__fault_set(s, NULL), KVL_EINVAL);
 	ASSERT_CODE(kvl__fault_get(s, NULL), KVL_EINVAL);
-	assert_true(cfg_of(s).error == 1.0);
-	assert_true(cfg_of(s).corrupt == 0.0);
+	assert_true(fault_cfg(s).error == 1.0);
+	assert_true(fault_cfg(s).corrupt == 0.0);
 
 	c.error = 0;
 	c.down = 7; /* any non-zero is "down" */
-	set_cfg(s, &c);
-	ASSERT_EQ(cfg_of(s).down, 1);
-	ASSERT_CODE(put1(s, "r2", v, sizeof v), KVL_EIO);
+	fault_set_cfg(s, &c);
+	ASSERT_EQ(fault_cfg(s).down, 1);
+	ASSERT_CODE(put1_rc(s, "r2", v, sizeof v), KVL_EIO);
 	c.down = 0;
-	set_cfg(s, &c);
-	ASSERT_CODE(put1(s, "r2", v, sizeof v), KVL_PUT_STORED);
+	fault_set_cfg(s, &c);
+	ASSERT_CODE(put1_rc(s, "r2", v, sizeof v), KVL_PUT_STORED);
 	kvl_store_close(s);
 }
 
@@ -961,15 +866,15 @@ static void test_nesting(void **state)
 	ASSERT_U64(st.capacity, 1024 * 1024);
 	ASSERT_EQ(s->trusted, 0);
 	fill_pattern(v, sizeof v, 8);
-	ASSERT_CODE(put1(s, "n", v, sizeof v), KVL_PUT_STORED);
-	ASSERT_EQ(get1(s, "n", d, sizeof d), sizeof d);
+	ASSERT_CODE(put1_rc(s, "n", v, sizeof v), KVL_PUT_STORED);
+	ASSERT_EQ(get1_rc(s, "n", 0, d, sizeof d), sizeof d);
 	assert_memory_equal(d, v, sizeof v);
 	set_error(s, 1); /* the outer one */
-	ASSERT_CODE(get1(s, "n", d, sizeof d), KVL_EIO);
+	ASSERT_CODE(get1_rc(s, "n", 0, d, sizeof d), KVL_EIO);
 	kvl_store_close(s);
 
 	s = open_ok("fault+fault+fault+mem:?fault.down=1");
-	ASSERT_CODE(exists1(s, "n"), KVL_EIO);
+	ASSERT_CODE(exists1_rc(s, "n"), KVL_EIO);
 	kvl_store_close(s);
 	open_fails("fault+fault+mem:?capacity=1MiB&bogus=1", KVL_EPARSE,
 	           "bogus");

@@ -24,24 +24,12 @@ int main(void)
 
 #include "gpu/cuda.h"
 
+#include "support/kvl_assert.h"
+
 #define LAYERS 4
 #define PAGES 16
 #define PAGE_BYTES 4096
 #define SLOTS 64
-
-static int failures;
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-			printf(__VA_ARGS__);                               \
-			printf("\n");                                      \
-			failures++;                                        \
-		}                                                          \
-	} while (0)
-#define CHECK_RC(rc, want, lk)                                              \
-	CHECK((rc) == (want), "got %s, want %s (%s)", kvl_err_name(rc),     \
-	      kvl_err_name(want), kvl_linker_errmsg(lk))
 
 /* Pool [layer][k|v][slot][PAGE_BYTES] on the GPU. */
 static uint8_t *dev_pool;
@@ -65,7 +53,7 @@ static kvl_layout *make_layout(void)
 			kvl_layout_add_buffer(l, pool, c ? "v" : "k", layer, &b);
 		}
 	int rc = kvl_layout_finalize(l);
-	CHECK(rc == 0, "finalize: %s", kvl_layout_errmsg(l));
+	EXPECT_RC(l, rc, 0);
 	return l;
 }
 
@@ -111,7 +99,7 @@ static void collect(kvl_linker *lk, uint64_t id, kvl_completion *out)
 		if (n && out->id == id)
 			return;
 	}
-	CHECK(0, "request %llu never completed", (unsigned long long)id);
+	EXPECT_FAIL("request %llu never completed", (unsigned long long)id);
 	memset(out, 0, sizeof *out);
 	out->status = KVL_ETIMEDOUT;
 }
@@ -144,9 +132,9 @@ static void copier_roundtrip(size_t n, size_t len, size_t skew)
 	uint8_t *dev = kvl__cuda_dev_alloc(total);
 	kvl__copier *cp = NULL;
 	const char *why = "";
-	CHECK(src && back && dev &&
-	              !kvl__copier_create(0, 2, n, &cp, &why),
-	      "copier setup: %s", why);
+	EXPECT_TRUE_MSG(src && back && dev &&
+	                        !kvl__copier_create(0, 2, n, &cp, &why),
+	                "copier setup: %s", why);
 	if (!cp)
 		goto out;
 	for (size_t i = 0; i < total; i++)
@@ -163,9 +151,10 @@ static void copier_roundtrip(size_t n, size_t len, size_t skew)
 			                     .dst = dir ? h : d,
 			                     .len = len + k % 3};
 		}
-		CHECK(!kvl__copier_launch(cp, n) && !kvl__copier_record(cp, dir) &&
-		              !kvl__copier_sync(cp, dir),
-		      "copy: %s", kvl__cuda_last_error());
+		EXPECT_TRUE_MSG(!kvl__copier_launch(cp, n) &&
+		                        !kvl__copier_record(cp, dir) &&
+		                        !kvl__copier_sync(cp, dir),
+		                "copy: %s", kvl__cuda_last_error());
 	}
 	size_t bad = 0;
 	for (size_t k = 0; k < n; k++) {
@@ -173,8 +162,8 @@ static void copier_roundtrip(size_t n, size_t len, size_t skew)
 		bad += memcmp(src + at, back + at, l) != 0;
 		bad += back[at + l] != 0 || (at && back[at - 1] != 0);
 	}
-	CHECK(bad == 0, "%zu of %zu chunks of %zu bytes (skew %zu) wrong",
-	      bad, n, len, skew);
+	EXPECT_EQ_MSG(bad, 0, "wrong of %zu chunks of %zu bytes (skew %zu)", n,
+	              len, skew);
 out:
 	kvl__copier_destroy(cp);
 	kvl__cuda_host_free(src);
@@ -193,10 +182,10 @@ static kvl_completion load_all(kvl_linker *lk, uint64_t id,
 	const size_t *dl[1] = {dst};
 	kvl_completion c;
 	int rc = kvl_linker_load(lk, id, pages, PAGES, NULL, dl);
-	CHECK_RC(rc, 0, lk);
+	EXPECT_RC(lk, rc, 0);
 	uint64_t batch;
 	rc = kvl_linker_start(lk, &batch);
-	CHECK_RC(rc, 0, lk);
+	EXPECT_RC(lk, rc, 0);
 	kvl_linker_wait_stream(lk, batch, 0, s, 10000);
 	kvl_linker_wait(lk, batch, LAYERS - 1, 10000);
 	collect(lk, id, &c);
@@ -216,9 +205,10 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	kvl_linker *lk = NULL;
 	kvl_linker_opts o = {.struct_size = sizeof o, .io_batch = io_batch};
 	int rc = kvl_store_open(uri, &st, err, sizeof err);
-	CHECK(rc == 0, "%s: %s", uri, err);
+	EXPECT_CODE_MSG(rc, 0, "%s: %s", uri, err);
 	rc = kvl_linker_open(l, st, &o, &lk, err, sizeof err);
-	CHECK(rc == 0, "%s, io_batch %u: linker: %s", uri, io_batch, err);
+	EXPECT_CODE_MSG(rc, 0, "%s, io_batch %u: linker: %s", uri, io_batch,
+	                err);
 	if (!lk) {
 		kvl_store_close(st);
 		return;
@@ -231,19 +221,21 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
 	const size_t *sl[1] = {src};
 	kvl_completion c;
-	CHECK_RC(kvl_linker_offload(lk, 1, pages, PAGES, NULL, sl), 0, lk);
+	EXPECT_RC(lk, kvl_linker_offload(lk, 1, pages, PAGES, NULL, sl), 0);
 	collect(lk, 1, &c);
-	CHECK(c.status == 0 && c.valid_pages == PAGES,
-	      "%s: offload: %s, %zu valid", uri, kvl_err_name(c.status),
-	      c.valid_pages);
+	EXPECT_CODE_MSG(c.status, 0, "%s: offload: %zu valid", uri,
+	                c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s: offload: %s", uri,
+	              kvl_err_name(c.status));
 
 	c = load_all(lk, 2, pages, dst, s);
-	CHECK(c.status == 0 && c.valid_pages == PAGES,
-	      "%s, io_batch %u: load: %s, %zu valid", uri, io_batch,
-	      kvl_err_name(c.status), c.valid_pages);
+	EXPECT_CODE_MSG(c.status, 0, "%s, io_batch %u: load: %zu valid", uri,
+	                io_batch, c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s, io_batch %u: load: %s", uri,
+	              io_batch, kvl_err_name(c.status));
 	for (size_t i = 0; i < PAGES; i++)
-		CHECK(slot_ok(i, dst[i], LAYERS), "%s, io_batch %u: page %zu",
-		      uri, io_batch, i);
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
+		                "%s, io_batch %u: page %zu", uri, io_batch, i);
 
 	/* Page 6 gone: pages 0..5 stay valid. */
 	char key[KVL_KEY_MAX];
@@ -252,12 +244,13 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	int res;
 	kvl_store_remove(st, &kp, 1, &res);
 	c = load_all(lk, 3, pages, dst, s);
-	CHECK(c.status == KVL_ENOTFOUND && c.valid_pages == 6,
-	      "%s: missing page: %s, %zu valid", uri, kvl_err_name(c.status),
-	      c.valid_pages);
+	EXPECT_CODE_MSG(c.status, KVL_ENOTFOUND, "%s: missing page: %zu valid",
+	                uri, c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, 6, "%s: missing page: %s", uri,
+	              kvl_err_name(c.status));
 	for (size_t i = 0; i < 6; i++)
-		CHECK(slot_ok(i, dst[i], LAYERS), "%s: page %zu before the "
-		      "missing one", uri, i);
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
+		                "%s: page %zu before the missing one", uri, i);
 	kvl_linker_close(lk);
 	kvl_store_close(st);
 	if (strncmp(uri, "fault+", 6) != 0) {
@@ -269,24 +262,27 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	 * reported valid is right. */
 	snprintf(curi, sizeof curi, "%s&fault.corrupt=0.5&fault.seed=3", uri);
 	rc = kvl_store_open(curi, &st, err, sizeof err);
-	CHECK(rc == 0, "%s: %s", curi, err);
+	EXPECT_CODE_MSG(rc, 0, "%s: %s", curi, err);
 	rc = kvl_linker_open(l, st, &o, &lk, err, sizeof err);
-	CHECK(rc == 0, "%s: linker: %s", curi, err);
+	EXPECT_CODE_MSG(rc, 0, "%s: linker: %s", curi, err);
 	if (lk) {
 		for (size_t i = 0; i < PAGES; i++)
 			fill_slot(i, src[i]);
 		cudaMemcpy(dev_pool, host, pool_bytes,
 		           cudaMemcpyHostToDevice);
-		CHECK_RC(kvl_linker_offload(lk, 4, pages, PAGES, NULL, sl), 0,
-		         lk);
+		EXPECT_RC(lk, kvl_linker_offload(lk, 4, pages, PAGES, NULL, sl),
+		          0);
 		collect(lk, 4, &c);
 		c = load_all(lk, 5, pages, dst, s);
-		CHECK(c.status == KVL_ECORRUPT && c.valid_pages < PAGES,
-		      "%s: corrupted reads: %s, %zu valid", curi,
-		      kvl_err_name(c.status), c.valid_pages);
+		EXPECT_CODE_MSG(c.status, KVL_ECORRUPT,
+		                "%s: corrupted reads: %zu valid", curi,
+		                c.valid_pages);
+		EXPECT_TRUE_MSG(c.valid_pages < PAGES,
+		                "%s: corrupted reads: %s, %zu valid", curi,
+		                kvl_err_name(c.status), c.valid_pages);
 		for (size_t i = 0; i < c.valid_pages; i++)
-			CHECK(slot_ok(i, dst[i], LAYERS), "%s: valid page %zu",
-			      curi, i);
+			EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
+			                "%s: valid page %zu", curi, i);
 		kvl_linker_close(lk);
 	}
 	kvl_store_close(st);
@@ -316,10 +312,10 @@ int main(void)
 	kvl_store *st;
 	char err[256];
 	int rc = kvl_store_open("mem:?capacity=256MiB", &st, err, sizeof err);
-	CHECK(rc == 0, "store: %s", err);
+	EXPECT_RC(err, rc, 0);
 	kvl_linker *lk = NULL;
 	rc = kvl_linker_open(l, st, NULL, &lk, err, sizeof err);
-	CHECK(rc == 0, "linker: %s", err);
+	EXPECT_RC(err, rc, 0);
 	if (!lk)
 		return 1;
 
@@ -335,17 +331,17 @@ int main(void)
 	cudaEventRecord(ev, s);
 	const size_t *sl[1] = {src};
 	rc = kvl_linker_offload_after(lk, 1, pages, PAGES, NULL, sl, ev);
-	CHECK_RC(rc, 0, lk);
+	EXPECT_RC(lk, rc, 0);
 	kvl_completion c;
 	collect(lk, 1, &c);
-	CHECK(c.status == 0 && c.valid_pages == PAGES,
-	      "offload: status %s, %zu valid", kvl_err_name(c.status),
-	      c.valid_pages);
+	EXPECT_CODE_MSG(c.status, 0, "offload: %zu valid", c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "offload: status %s",
+	              kvl_err_name(c.status));
 
 	size_t hit = 0;
 	rc = kvl_linker_lookup(lk, pages, PAGES, NULL, NULL, &hit);
-	CHECK(rc == 0 && hit == PAGES, "lookup: %s, hit %zu", kvl_err_name(rc),
-	      hit);
+	EXPECT_RC(lk, rc, 0);
+	EXPECT_EQ_MSG(hit, PAGES, "lookup: %s", kvl_err_name(rc));
 
 	/* Load into other slots; layer 0 through a stream wait, the rest on
 	 * the CPU. */
@@ -353,28 +349,28 @@ int main(void)
 	cudaDeviceSynchronize();
 	const size_t *dl[1] = {dst};
 	rc = kvl_linker_load(lk, 2, pages, PAGES, NULL, dl);
-	CHECK_RC(rc, 0, lk);
+	EXPECT_RC(lk, rc, 0);
 	uint64_t batch;
 	rc = kvl_linker_start(lk, &batch);
-	CHECK_RC(rc, 0, lk);
+	EXPECT_RC(lk, rc, 0);
 	rc = kvl_linker_wait_stream(lk, batch, 0, s, 10000);
-	CHECK_RC(rc, 0, lk);
+	EXPECT_RC(lk, rc, 0);
 	cudaMemcpyAsync(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost, s);
 	cudaStreamSynchronize(s);
 	for (size_t i = 0; i < PAGES; i++)
-		CHECK(slot_ok(i, dst[i], 1), "layer 0 of page %zu after the "
-		      "stream wait", i);
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], 1),
+		                "layer 0 of page %zu after the stream wait", i);
 	for (uint32_t layer = 0; layer < LAYERS; layer++) {
 		rc = kvl_linker_wait(lk, batch, layer, 10000);
-		CHECK_RC(rc, 0, lk);
+		EXPECT_RC(lk, rc, 0);
 	}
 	collect(lk, 2, &c);
-	CHECK(c.status == 0 && c.valid_pages == PAGES, "load: %s, %zu valid",
-	      kvl_err_name(c.status), c.valid_pages);
+	EXPECT_CODE_MSG(c.status, 0, "load: %zu valid", c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "load: %s", kvl_err_name(c.status));
 	cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
 	for (size_t i = 0; i < PAGES; i++)
-		CHECK(slot_ok(i, dst[i], LAYERS), "page %zu in slot %zu", i,
-		      dst[i]);
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
+		                "page %zu in slot %zu", i, dst[i]);
 
 	/* Page 5 evicted after the lookup: pages 0..4 stay valid. */
 	char key[KVL_KEY_MAX];
@@ -383,13 +379,14 @@ int main(void)
 	int res;
 	kvl_store_remove(st, &kp, 1, &res);
 	rc = kvl_linker_load(lk, 3, pages, PAGES, NULL, dl);
-	CHECK_RC(rc, 0, lk);
+	EXPECT_RC(lk, rc, 0);
 	kvl_linker_start(lk, &batch);
 	rc = kvl_linker_wait(lk, batch, LAYERS - 1, 10000);
-	CHECK_RC(rc, KVL_ENOTFOUND, lk);
+	EXPECT_RC(lk, rc, KVL_ENOTFOUND);
 	collect(lk, 3, &c);
-	CHECK(c.status == KVL_ENOTFOUND && c.valid_pages == 5,
-	      "evicted: %s, %zu valid", kvl_err_name(c.status), c.valid_pages);
+	EXPECT_CODE_MSG(c.status, KVL_ENOTFOUND, "evicted: %zu valid",
+	                c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, 5, "evicted: %s", kvl_err_name(c.status));
 
 	/* An untrusted store (verify=1): offloads sum every layer, loads check
 	 * each layer's sum; a flipped payload byte fails its page. */
@@ -398,17 +395,19 @@ int main(void)
 		kvl_linker *vlk = NULL;
 		rc = kvl_store_open("mem:?capacity=256MiB&verify=1", &vst, err,
 		                    sizeof err);
-		CHECK(rc == 0, "verify store: %s", err);
+		EXPECT_CODE_MSG(rc, 0, "verify store: %s", err);
 		rc = kvl_linker_open(l, vst, NULL, &vlk, err, sizeof err);
-		CHECK(rc == 0, "verify linker: %s", err);
+		EXPECT_CODE_MSG(rc, 0, "verify linker: %s", err);
 		for (size_t i = 0; i < PAGES; i++)
 			fill_slot(i, src[i]);
 		cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
 		rc = kvl_linker_offload(vlk, 4, pages, PAGES, NULL, sl);
-		CHECK_RC(rc, 0, vlk);
+		EXPECT_RC(vlk, rc, 0);
 		collect(vlk, 4, &c);
-		CHECK(c.status == 0 && c.valid_pages == PAGES,
-		      "verify offload: %s", kvl_err_name(c.status));
+		EXPECT_CODE_MSG(c.status, 0, "verify offload: %zu valid",
+		                c.valid_pages);
+		EXPECT_EQ_MSG(c.valid_pages, PAGES, "verify offload: %s",
+		              kvl_err_name(c.status));
 		/* Flip one byte of page 3's last layer, in store memory. */
 		char k3[KVL_KEY_MAX];
 		kvl_layout_key(l, 0, &pages[3], k3, sizeof k3);
@@ -430,12 +429,12 @@ int main(void)
 		/* Two requests in one batch read page 3: each fails it, not
 		 * only the first. */
 		rc = kvl_linker_load(vlk, 5, pages, PAGES, NULL, dl);
-		CHECK_RC(rc, 0, vlk);
+		EXPECT_RC(vlk, rc, 0);
 		rc = kvl_linker_load(vlk, 6, pages, 4, NULL, sl);
-		CHECK_RC(rc, 0, vlk);
+		EXPECT_RC(vlk, rc, 0);
 		kvl_linker_start(vlk, &batch);
 		rc = kvl_linker_wait(vlk, batch, LAYERS - 1, 10000);
-		CHECK_RC(rc, KVL_ECORRUPT, vlk);
+		EXPECT_RC(vlk, rc, KVL_ECORRUPT);
 		kvl_completion cs[2];
 		size_t n_done = 0;
 		for (int tries = 0; n_done < 2 && tries < 100; tries++) {
@@ -443,18 +442,22 @@ int main(void)
 			kvl_linker_poll(vlk, cs + n_done, 2 - n_done, &n, 100);
 			n_done += n;
 		}
-		CHECK(n_done == 2, "verify load: %zu of 2 completions", n_done);
-		for (size_t k = 0; k < n_done; k++)
-			CHECK(cs[k].status == KVL_ECORRUPT &&
-			              cs[k].valid_pages == 3,
-			      "verify load %llu: %s, %zu valid",
-			      (unsigned long long)cs[k].id,
-			      kvl_err_name(cs[k].status), cs[k].valid_pages);
+		EXPECT_EQ_MSG(n_done, 2, "verify load: completions");
+		for (size_t k = 0; k < n_done; k++) {
+			EXPECT_CODE_MSG(cs[k].status, KVL_ECORRUPT,
+			                "verify load %llu: %zu valid",
+			                (unsigned long long)cs[k].id,
+			                cs[k].valid_pages);
+			EXPECT_EQ_MSG(cs[k].valid_pages, 3,
+			              "verify load %llu: %s",
+			              (unsigned long long)cs[k].id,
+			              kvl_err_name(cs[k].status));
+		}
 		cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
 		for (size_t i = 0; i < 3; i++)
-			CHECK(slot_ok(i, dst[i], LAYERS) &&
-			              slot_ok(i, src[i], LAYERS),
-			      "verified page %zu", i);
+			EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS) &&
+			                        slot_ok(i, src[i], LAYERS),
+			                "verified page %zu", i);
 		kvl_linker_close(vlk);
 		kvl_store_close(vst);
 	}
@@ -475,6 +478,7 @@ int main(void)
 	kvl_layout_free(l);
 	cudaFree(dev_pool);
 	free(host);
+	int failures = kvl_test_failures();
 	printf("%s test_gpu: %d failures\n", failures ? "FAIL" : "PASS",
 	       failures);
 	return failures ? 1 : 0;

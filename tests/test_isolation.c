@@ -35,22 +35,14 @@
 
 #include "kvlink.h"
 
+#include "support/kvl_assert.h"
+#include "support/page_data.h"
+#include "support/stores.h"
+
 #define NP 8       /* slots per pool */
 #define PAGES 4    /* pages offloaded: slots 0..3; loads go to 4..7 */
 #define FILL 0xEE
 #define MAX_LAYERS 4
-
-static int g_fail;
-
-#define CHECK(cond, ...)                                                     \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			printf("FAIL (line %d): %s: ", __LINE__, #cond);      \
-			printf(__VA_ARGS__);                                 \
-			printf("\n");                                        \
-			g_fail++;                                            \
-		}                                                            \
-	} while (0)
 
 /* What an engine looks like. */
 typedef struct shape {
@@ -106,7 +98,7 @@ static int eng_init(eng *e, const shape *sh, kvl_store *st)
 	kvl_shard shard = sh->shard.tp_size ? sh->shard : KVL_SHARD_SINGLE;
 	int rc = kvl_layout_create(sh->tag, sh->page_size, &shard, &e->l, err,
 	                           sizeof err);
-	CHECK(rc == 0, "%s: layout: %s", sh->name, err);
+	EXPECT_CODE_MSG(rc, 0, "%s: layout: %s", sh->name, err);
 	if (rc)
 		return rc;
 	e->mla = -1;
@@ -135,16 +127,16 @@ static int eng_init(eng *e, const shape *sh, kvl_store *st)
 	}
 	if (!rc)
 		rc = kvl_layout_finalize(e->l);
-	CHECK(rc == 0, "%s: layout: %s", sh->name, kvl_layout_errmsg(e->l));
+	EXPECT_CODE_MSG(rc, 0, "%s: layout: %s", sh->name,
+	                kvl_layout_errmsg(e->l));
 	if (rc)
 		return rc;
 	if (sh->tenant) {
-		const char *salts[1] = {sh->tenant};
-		kvl_namespace_seed(salts, 1, &e->ns);
+		e->ns = ns_seed(sh->tenant);
 		e->nsp = &e->ns;
 	}
 	rc = kvl_linker_open(e->l, st, NULL, &e->lk, err, sizeof err);
-	CHECK(rc == 0, "%s: linker: %s", sh->name, err);
+	EXPECT_CODE_MSG(rc, 0, "%s: linker: %s", sh->name, err);
 	return rc;
 }
 
@@ -258,12 +250,13 @@ static void offload(eng *e, const kvl_hash *pages)
 	const size_t *sp[2] = {slots, slots};
 	uint64_t id = g_id++;
 	int rc = kvl_linker_offload(e->lk, id, pages, PAGES, e->nsp, sp);
-	CHECK(rc == 0, "%s: offload: %s", e->sh.name,
-	      kvl_linker_errmsg(e->lk));
+	EXPECT_CODE_MSG(rc, 0, "%s: offload: %s", e->sh.name,
+	                kvl_linker_errmsg(e->lk));
 	kvl_completion c = wait_for(e->lk, id);
-	CHECK(c.status == 0 && c.valid_pages == PAGES,
-	      "%s: offload completed %s with %zu pages", e->sh.name,
-	      kvl_err_name(c.status), c.valid_pages);
+	EXPECT_CODE_MSG(c.status, 0, "%s: offload completed with %zu pages",
+	                e->sh.name, c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s: offload completed %s",
+	              e->sh.name, kvl_err_name(c.status));
 }
 
 /* Loads pages into slots PAGES.. of the pools of e (`pools`: bit 0 kv, bit
@@ -278,12 +271,14 @@ static kvl_completion load(eng *e, const kvl_hash *pages, unsigned pools)
 	uint64_t id = g_id++;
 	kvl_completion none = {.id = id, .status = -1001};
 	int rc = kvl_linker_load(e->lk, id, pages, PAGES, e->nsp, sp);
-	CHECK(rc == 0, "%s: load: %s", e->sh.name, kvl_linker_errmsg(e->lk));
+	EXPECT_CODE_MSG(rc, 0, "%s: load: %s", e->sh.name,
+	                kvl_linker_errmsg(e->lk));
 	if (rc)
 		return none;
 	uint64_t b;
 	rc = kvl_linker_start(e->lk, &b);
-	CHECK(rc == 0, "%s: start: %s", e->sh.name, kvl_linker_errmsg(e->lk));
+	EXPECT_CODE_MSG(rc, 0, "%s: start: %s", e->sh.name,
+	                kvl_linker_errmsg(e->lk));
 	return wait_for(e->lk, id);
 }
 
@@ -296,7 +291,8 @@ static size_t lookup(eng *e, const kvl_hash *pages, unsigned pools)
 	size_t prefix = 99;
 	int rc = kvl_linker_lookup(e->lk, pages, PAGES, e->nsp,
 	                           pools == 3 ? NULL : pp, &prefix);
-	CHECK(rc == 0, "%s: lookup: %s", e->sh.name, kvl_linker_errmsg(e->lk));
+	EXPECT_CODE_MSG(rc, 0, "%s: lookup: %s", e->sh.name,
+	                kvl_linker_errmsg(e->lk));
 	return prefix;
 }
 
@@ -310,7 +306,8 @@ static size_t exists(kvl_store *st, eng *e, int pool, const kvl_hash *pages)
 			x[i].bytes[j] ^= e->ns.bytes[j];
 	}
 	int rc = kvl_pages_exist(st, e->l, pool, x, PAGES, res);
-	CHECK(rc == 0, "%s: pages_exist: %s", e->sh.name, kvl_store_errmsg(st));
+	EXPECT_CODE_MSG(rc, 0, "%s: pages_exist: %s", e->sh.name,
+	                kvl_store_errmsg(st));
 	size_t n = 0;
 	for (size_t i = 0; i < PAGES; i++)
 		n += res[i] == 1;
@@ -323,8 +320,8 @@ static void key_of(eng *e, int pool, const kvl_hash *page, char *key)
 	kvl_hash x = *page;
 	for (int j = 0; e->nsp && j < KVL_HASH_BYTES; j++)
 		x.bytes[j] ^= e->ns.bytes[j];
-	if (kvl_layout_key(e->l, pool, &x, key, KVL_KEY_MAX))
-		abort();
+	ASSERT_RC(e->l, kvl_layout_key(e->l, pool, &x, key, KVL_KEY_MAX),
+	          KVL_OK);
 }
 
 /* Copies a's objects of pool `pa` under b's keys of pool `pb` (or removes
@@ -335,8 +332,7 @@ static void copy_objects(kvl_store *st, eng *a, int pa, eng *b, int pb,
 	size_t size = 0;
 	kvl_layout_object_size(a->l, pa, &size, NULL);
 	uint8_t *obj = malloc(size);
-	if (!obj)
-		abort();
+	ASSERT_TRUE(obj != NULL);
 	for (size_t i = 0; i < PAGES; i++) {
 		char ka[KVL_KEY_MAX], kb[KVL_KEY_MAX];
 		key_of(a, pa, &pages[i], ka);
@@ -348,19 +344,20 @@ static void copy_objects(kvl_store *st, eng *a, int pa, eng *b, int pb,
 			kvl_store_remove(st, kbp, 1, &res);
 			continue;
 		}
-		CHECK(strcmp(ka, kb) != 0, "%s and %s share key %s",
-		      a->sh.name, b->sh.name, ka);
+		EXPECT_TRUE_MSG(strcmp(ka, kb) != 0, "%s and %s share key %s",
+		                a->sh.name, b->sh.name, ka);
 		kvl_range r = {0, obj, size};
 		int64_t got = -1;
 		int rc = kvl_store_get(st, kap, 1, &r, &one, &got);
-		CHECK(rc == 0 && got == (int64_t)size,
-		      "reading %s's object: %s", a->sh.name,
-		      kvl_err_name(rc ? rc : (int)got));
+		EXPECT_CODE_MSG(rc, 0, "reading %s's object", a->sh.name);
+		EXPECT_EQ_MSG(got, (int64_t)size, "reading %s's object: %s",
+		              a->sh.name, kvl_err_name((int)got));
 		kvl_store_remove(st, kbp, 1, &res);
 		kvl_iov pc = {obj, size};
 		rc = kvl_store_put(st, kbp, 1, &pc, &one, &res);
-		CHECK(rc == 0 && res >= 0, "copying %s's object: %s",
-		      a->sh.name, kvl_err_name(rc ? rc : res));
+		EXPECT_CODE_MSG(rc, 0, "copying %s's object", a->sh.name);
+		EXPECT_TRUE_MSG(res >= 0, "copying %s's object: %s",
+		                a->sh.name, kvl_err_name(res));
 	}
 	free(obj);
 }
@@ -384,24 +381,31 @@ static void expect_isolated(kvl_store *st, eng *a, eng *b,
                             const kvl_hash *pages, const char *uri)
 {
 	size_t p = lookup(b, pages, 1);
-	CHECK(p == 0, "%s found a prefix of %zu of %s's pages", b->sh.name, p,
-	      a->sh.name);
+	EXPECT_EQ_MSG(p, 0, "%s found a prefix of %s's pages", b->sh.name,
+	              a->sh.name);
 	size_t n = exists(st, b, b->kv, pages);
-	CHECK(n == 0, "%s sees %zu of %s's pages", b->sh.name, n, a->sh.name);
+	EXPECT_EQ_MSG(n, 0, "%s sees %s's pages", b->sh.name, a->sh.name);
 	reset_dest(b);
 	kvl_completion c = load(b, pages, 1);
-	CHECK(c.status == KVL_ENOTFOUND && c.valid_pages == 0,
-	      "%s loading %s's pages: %s, %zu valid", b->sh.name, a->sh.name,
-	      kvl_err_name(c.status), c.valid_pages);
-	CHECK(dest_untouched(b), "%s's slots were written", b->sh.name);
+	EXPECT_CODE_MSG(c.status, KVL_ENOTFOUND,
+	                "%s loading %s's pages: %zu valid", b->sh.name,
+	                a->sh.name, c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, 0, "%s loading %s's pages: %s",
+	              b->sh.name, a->sh.name, kvl_err_name(c.status));
+	EXPECT_TRUE_MSG(dest_untouched(b), "%s's slots were written",
+	                b->sh.name);
 
 	/* A's objects under B's keys are still refused. */
 	copy_objects(st, a, a->kv, b, b->kv, pages, 0);
 	reset_dest(b);
 	c = load(b, pages, 1);
-	CHECK(c.status == KVL_ECORRUPT && c.valid_pages == 0,
-	      "%s loading %s's objects under its own keys: %s, %zu valid",
-	      b->sh.name, a->sh.name, kvl_err_name(c.status), c.valid_pages);
+	EXPECT_CODE_MSG(c.status, KVL_ECORRUPT,
+	                "%s loading %s's objects under its own keys: %zu "
+	                "valid",
+	                b->sh.name, a->sh.name, c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, 0,
+	              "%s loading %s's objects under its own keys: %s",
+	              b->sh.name, a->sh.name, kvl_err_name(c.status));
 	copy_objects(st, a, a->kv, b, b->kv, pages, 1);
 	printf("  %-28s isolated from %s on %s\n", b->sh.name, a->sh.name,
 	       uri);
@@ -413,15 +417,17 @@ static void expect_shared(kvl_store *st, eng *a, eng *b,
                           const char *uri)
 {
 	size_t p = lookup(b, pages, pools);
-	CHECK(p == PAGES, "%s found a prefix of %zu of %s's pages, not %d",
-	      b->sh.name, p, a->sh.name, PAGES);
+	EXPECT_EQ_MSG(p, PAGES, "%s's prefix of %s's pages", b->sh.name,
+	              a->sh.name);
 	reset_dest(b);
 	kvl_completion c = load(b, pages, pools);
-	CHECK(c.status == 0 && c.valid_pages == PAGES,
-	      "%s loading %s's pages: %s, %zu valid", b->sh.name, a->sh.name,
-	      kvl_err_name(c.status), c.valid_pages);
+	EXPECT_CODE_MSG(c.status, 0, "%s loading %s's pages: %zu valid",
+	                b->sh.name, a->sh.name, c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s loading %s's pages: %s",
+	              b->sh.name, a->sh.name, kvl_err_name(c.status));
 	size_t good = good_dest(b, pools);
-	CHECK(good == PAGES, "%s: page %zu has wrong bytes", b->sh.name, good);
+	EXPECT_EQ_MSG(good, PAGES, "%s: the pages from the first wrong one",
+	              b->sh.name);
 	(void)st;
 	printf("  %-28s shares %s's pages on %s\n", b->sh.name, a->sh.name,
 	       uri);
@@ -431,10 +437,10 @@ static void run_store(const char *uri, const char *label)
 {
 	kvl_store *st = NULL;
 	char err[256] = "";
-	if (kvl_store_open(uri, &st, err, sizeof err)) {
-		CHECK(0, "store %s: %s", uri, err);
+	int rc = kvl_store_open(uri, &st, err, sizeof err);
+	EXPECT_CODE_MSG(rc, 0, "store %s: %s", uri, err);
+	if (rc)
 		return;
-	}
 	printf("%s (%s):\n", label, uri);
 
 	/* A tag unique to this run keeps a shared Redis clean of clashes. */
@@ -448,11 +454,7 @@ static void run_store(const char *uri, const char *label)
 	                    single, 0, NULL};
 
 	kvl_hash pages[PAGES];
-	uint64_t tokens[16 * PAGES];
-	for (size_t i = 0; i < 16 * PAGES; i++)
-		tokens[i] = 1000 + i;
-	size_t np = 0;
-	kvl_hash_pages(tokens, 16 * PAGES, 16, NULL, pages, PAGES, &np);
+	hash_chain(pages, PAGES, 1000, 16);
 
 	/* --- model tag, layout, tenant: against a single-rank A. */
 	struct variant {
@@ -491,9 +493,7 @@ static void run_store(const char *uri, const char *label)
 		/* Tenants among themselves: seeded A vs seeded B, and vs the
 		 * unseeded A, over pages of their own (A's are stored). */
 		kvl_hash tp[PAGES];
-		for (size_t i = 0; i < 16 * PAGES; i++)
-			tokens[i] = 5000 + i;
-		kvl_hash_pages(tokens, 16 * PAGES, 16, NULL, tp, PAGES, &np);
+		hash_chain(tp, PAGES, 5000, 16);
 		shape ta = base, tb = base;
 		ta.name = "tenant a";
 		ta.tenant = "tenant-a";
@@ -548,11 +548,11 @@ static void run_store(const char *uri, const char *label)
 		/* The replicated pool: shared with tp rank 1 of the same cp
 		 * shard, by design; not with cp rank 1. */
 		size_t n = exists(st, &e1, e1.mla, pages);
-		CHECK(n == PAGES, "tp rank 1 sees %zu of tp rank 0's "
-		      "replicated pages, not %d", n, PAGES);
+		EXPECT_EQ_MSG(n, PAGES, "tp rank 1 sees tp rank 0's replicated "
+		              "pages");
 		n = exists(st, &ec, ec.mla, pages);
-		CHECK(n == 0, "cp rank 1 sees %zu of cp rank 0's replicated "
-		      "pages", n);
+		EXPECT_EQ_MSG(n, 0, "cp rank 1 sees cp rank 0's replicated "
+		              "pages");
 		e1.sh.name = "tp rank 1 (replicated pool)";
 		expect_shared(st, &e0, &e1, pages, 2, label);
 		expect_shared(st, &e0, &e0b, pages, 3, label);
@@ -572,7 +572,7 @@ int main(void)
 	run_store("mem:?capacity=64MiB&verify=1", "embedded store, verifying");
 	run_store("fault+mem:?capacity=64MiB", "fault-injection store");
 	const char *redis = getenv("KVL_TEST_REDIS_URI");
-	const char *any = getenv("KVL_TEST_STORE_URI");
+	const char *any = env_store();
 	if ((!redis || !*redis) && any && strncmp(any, "redis", 5) == 0)
 		redis = any;
 	if (!kvl_has_feature("redis"))
@@ -583,10 +583,10 @@ int main(void)
 	else
 		run_store(redis, "redis");
 	/* Any other store under test, e.g. from tests/mooncake/run.sh. */
-	if (any && *any && strncmp(any, "redis", 5) != 0)
+	if (any && strncmp(any, "redis", 5) != 0)
 		run_store(any, any);
-	if (g_fail) {
-		printf("test_isolation: %d failures\n", g_fail);
+	if (kvl_test_failures()) {
+		printf("test_isolation: %d failures\n", kvl_test_failures());
 		return 1;
 	}
 	printf("test_isolation: passed\n");

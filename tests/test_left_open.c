@@ -11,40 +11,26 @@
 
 #include "kvlink.h"
 
+#include "support/kvl_assert.h"
+#include "support/stores.h"
+
 /* Reachable at exit, as an engine's global store would be. */
 static kvl_store *g_store;
 
 int main(void)
 {
-	char err[256] = "";
-	if (kvl_store_open("mem:?capacity=256MiB", &g_store, err, sizeof err)) {
-		printf("FAIL open: %s\n", err);
-		return 1;
-	}
+	g_store = open_ok("mem:?capacity=256MiB");
 	/* Enough keys for an index mapped on its own. */
 	enum { N = 200000 };
 	static char payload[100];
 	for (unsigned i = 0; i < N; i++) {
 		char key[32];
-		const char *kp = key;
 		snprintf(key, sizeof key, "left-open/%u", i);
 		memset(payload, (int)i, sizeof payload);
-		kvl_iov iov = {payload, sizeof payload};
-		size_t one = 1;
-		int res;
-		if (kvl_store_put(g_store, &kp, 1, &iov, &one, &res) ||
-		    res != KVL_PUT_STORED) {
-			printf("FAIL put %u: %s\n", i, kvl_err_name(res));
-			return 1;
-		}
+		ASSERT_CODE_MSG(put1(g_store, key, payload, sizeof payload),
+		                KVL_PUT_STORED, "put %u", i);
 	}
-	kvl_store_stats st;
-	kvl_store_stats_get(g_store, &st);
-	if (st.objects != N) {
-		printf("FAIL: %llu objects stored, want %d\n",
-		       (unsigned long long)st.objects, N);
-		return 1;
-	}
+	ASSERT_U64(store_stats(g_store).objects, N);
 	printf("PASS test_left_open: %d objects, store left open\n", N);
 	return 0; /* no kvl_store_close */
 }

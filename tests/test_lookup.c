@@ -22,19 +22,13 @@
 
 #include <cmocka.h>
 
+#include "support/rand.h"
+
 #include "kvlink.h"
 
 #define SENTINEL 0xA5A5A5A5A5A5A5A5ULL
 
 /* Deterministic generator, the same on every libc. */
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-	return z ^ (z >> 31);
-}
-
 static int bit(const uint64_t *bits, size_t p)
 {
 	return (int)((bits[p / 64] >> (p % 64)) & 1);
@@ -324,25 +318,25 @@ static void test_word_boundaries(void **state)
 		size_t n = sizes[si];
 		size_t nw = kvl_bitmap_words(n);
 		for (int it = 0; it < 400; it++) {
-			size_t n_pools = 1 + splitmix(&seed) % MAX_POOLS;
+			size_t n_pools = 1 + splitmix64(&seed) % MAX_POOLS;
 			kvl_policy pol[MAX_POOLS];
 			const uint8_t *pres[MAX_POOLS];
 			/* Mostly-present pages so that long runs happen. */
-			unsigned miss_per_256 = 1 + splitmix(&seed) % 64;
+			unsigned miss_per_256 = 1 + splitmix64(&seed) % 64;
 			for (size_t i = 0; i < n_pools; i++) {
-				if (splitmix(&seed) % 3 == 0) {
+				if (splitmix64(&seed) % 3 == 0) {
 					pol[i] = ALL;
 				} else {
-					uint32_t w = 1 + splitmix(&seed) %
+					uint32_t w = 1 + splitmix64(&seed) %
 					                     (n + 3);
-					if (splitmix(&seed) % 4 == 0)
-						w = 1 + splitmix(&seed) % 4;
+					if (splitmix64(&seed) % 4 == 0)
+						w = 1 + splitmix64(&seed) % 4;
 					pol[i] = trailing(w);
 				}
 				for (size_t j = 0; j < n; j++)
-					store[i][j] = splitmix(&seed) % 256 >=
+					store[i][j] = splitmix64(&seed) % 256 >=
 					              miss_per_256;
-				pres[i] = splitmix(&seed) % 8 == 0 ? NULL
+				pres[i] = splitmix64(&seed) % 8 == 0 ? NULL
 				                                   : store[i];
 			}
 			for (size_t w = 0; w < sizeof got / sizeof got[0]; w++)
@@ -464,7 +458,7 @@ static void round_bits(unsigned round, unsigned rank, uint64_t *bits,
 {
 	uint64_t s = (uint64_t)round << 32 | rank;
 	for (size_t w = 0; w < n_words; w++)
-		bits[w] = splitmix(&s) | splitmix(&s);
+		bits[w] = splitmix64(&s) | splitmix64(&s);
 }
 
 static size_t round_words(unsigned round)

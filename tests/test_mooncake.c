@@ -24,7 +24,9 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/clock.h"
+#include "support/kvl_assert.h"
+#include "support/stores.h"
 
 #include "kvlink.h"
 
@@ -33,7 +35,7 @@
 static const char *deployment(void)
 {
 	const char *ctl = getenv("KVL_MOONCAKE_CTL");
-	const char *uri = getenv("KVL_TEST_STORE_URI");
+	const char *uri = env_store();
 	if (!ctl || !*ctl || !uri || strncmp(uri, "mooncake://", 11) != 0)
 		return NULL;
 	return uri;
@@ -58,23 +60,6 @@ static void ctl(const char *action)
 		fail_msg("%s failed", cmd);
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static kvl_store *open_ok(const char *uri)
-{
-	kvl_store *s = NULL;
-	char err[512] = "";
-	int rc = kvl_store_open(uri, &s, err, sizeof err);
-	if (rc)
-		fail_msg("open %s: %s: %s", uri, kvl_err_name(rc), err);
-	return s;
-}
-
 /* `uri` with its staging= option set to `staging`. */
 static void with_staging(char *out, size_t n, const char *uri,
                          const char *staging)
@@ -85,16 +70,6 @@ static void with_staging(char *out, size_t n, const char *uri,
 	int w = snprintf(out, n, "%.*s%s%s", (int)(at - uri), uri, staging,
 	                 at + strcspn(at, "&"));
 	assert_true(w > 0 && (size_t)w < n);
-}
-
-/* Opens `uri`, expecting `code` and a message containing `part`. */
-static void open_fails(const char *uri, int code, const char *part)
-{
-	kvl_store *s = NULL;
-	char err[512] = "";
-	ASSERT_CODE(kvl_store_open(uri, &s, err, sizeof err), code);
-	assert_null(s);
-	ASSERT_CONTAINS(err, part);
 }
 
 /* Key i of a test, unique to this process. */
@@ -587,10 +562,8 @@ static void test_holder_dies(void **state)
 		ok = 1;
 		for (int i = 0; i < 8; i++)
 			ok &= res[i] == KVL_PUT_STORED;
-		if (!ok) {
-			struct timespec ts = {0, 200 * 1000000};
-			nanosleep(&ts, NULL);
-		}
+		if (!ok)
+			sleep_ms(200);
 	}
 	printf("new holder: every put stored after %.1f s\n",
 	       now_s() - t_back);

@@ -32,8 +32,13 @@
 
 #include "kvlink.h"
 #include "core/layout.h"
-#include "core/object.h"
-#include "linker/pages.h"
+#include "core/codec.h"
+#include "core/codec.h"
+
+#include "support/kvl_assert.h"
+#include "support/page_data.h"
+#include "support/pools.h"
+#include "support/stores.h"
 
 #define NP 8           /* slots per pool */
 #define KV_LAYERS 4
@@ -49,70 +54,20 @@
 
 /* ================================================================= helpers */
 
-static void expect_msg(const char *msg, const char *needle)
-{
-	assert_non_null(msg);
-	if (!strstr(msg, needle))
-		print_error("message \"%s\" does not contain \"%s\"\n", msg,
-		            needle);
-	assert_non_null(strstr(msg, needle));
-}
-
-/* One engine's memory and its layout. */
-typedef struct host {
-	uint8_t *mem;
-	kvl_layout *l;
-	int kv, swa;
-} host;
-
-static kvl_buffer hbuf(uint8_t *base, size_t stride, size_t bytes)
-{
-	return (kvl_buffer){.base = base, .page_stride = stride,
-	                    .page_bytes = bytes, .num_pages = NP,
-	                    .mem = KVL_MEM_HOST, .device = 0};
-}
-
-static void add_buf(kvl_layout *l, int pool, const char *comp, uint32_t layer,
-                    kvl_buffer b)
-{
-	int rc = kvl_layout_add_buffer(l, pool, comp, layer, &b);
-	if (rc)
-		print_error("add_buffer: %s\n", kvl_layout_errmsg(l));
-	assert_int_equal(rc, KVL_OK);
-}
+/* One engine's memory and its layout: pool kv (k, v over KV_LAYERS
+ * layers) and pool swa (w at layers 1 and 3), NP slots each, FILL at
+ * first. */
+typedef pools host;
 
 static void host_init_shard(host *h, const char *tag, const kvl_shard *shard)
 {
-	h->mem = aligned_alloc(64, HOST_BYTES);
-	assert_non_null(h->mem);
-	memset(h->mem, FILL, HOST_BYTES);
-	char err[256] = "";
-	int rc = kvl_layout_create(tag, 16, shard, &h->l, err, sizeof err);
-	if (rc)
-		print_error("create: %s\n", err);
-	assert_int_equal(rc, KVL_OK);
-	assert_int_equal(kvl_layout_add_pool(h->l, "kv", KVL_HIT_ALL_PAGES, 0,
-	                                     0, &h->kv),
-	                 KVL_OK);
-	assert_int_equal(kvl_layout_add_pool(h->l, "swa",
-	                                     KVL_HIT_TRAILING_PAGES, 2, 0,
-	                                     &h->swa),
-	                 KVL_OK);
-	for (uint32_t ly = 0; ly < KV_LAYERS; ly++) {
-		uint8_t *base = h->mem + (size_t)ly * NP * KV_STRIDE;
-		add_buf(h->l, h->kv, "k", ly, hbuf(base, KV_STRIDE, K_BYTES));
-		add_buf(h->l, h->kv, "v", ly,
-		        hbuf(base + K_BYTES, KV_STRIDE, V_BYTES));
-	}
-	add_buf(h->l, h->swa, "w", 1,
-	        hbuf(h->mem + KV_REGION, SWA_STRIDE, W_BYTES));
-	add_buf(h->l, h->swa, "w", 3,
-	        hbuf(h->mem + KV_REGION + NP * SWA_STRIDE, SWA_STRIDE,
-	             W_BYTES));
-	rc = kvl_layout_finalize(h->l);
-	if (rc)
-		print_error("finalize: %s\n", kvl_layout_errmsg(h->l));
-	assert_int_equal(rc, KVL_OK);
+	pools_shape sh = {.tag = tag, .shard = shard, .slots = NP,
+	                  .layers = KV_LAYERS, .k_bytes = K_BYTES,
+	                  .v_bytes = V_BYTES, .kv_stride = KV_STRIDE,
+	                  .swa = 1, .swa_window = 2, .w_bytes = W_BYTES,
+	                  .w_stride = SWA_STRIDE, .fill = FILL};
+	pools_init(h, &sh);
+	ASSERT_EQ(h->mem_bytes, HOST_BYTES);
 }
 
 static void host_init(host *h, const char *tag)
@@ -122,8 +77,7 @@ static void host_init(host *h, const char *tag)
 
 static void host_free(host *h)
 {
-	kvl_layout_free(h->l);
-	free(h->mem);
+	pools_free(h);
 }
 
 static uint8_t pattern(uint64_t seed, int pool, size_t slot, size_t piece,
@@ -201,41 +155,18 @@ static void expect_same(const uint8_t *img, const host *dst)
 /* n distinct page hashes, a chain over `seed`'s tokens. */
 static void make_pages(kvl_hash *out, size_t n, uint64_t seed)
 {
-	uint64_t tokens[4 * 32];
 	assert_true(n <= 32);
-	for (size_t i = 0; i < 4 * n; i++)
-		tokens[i] = seed * 100000 + i;
-	size_t got = 0;
-	assert_int_equal(kvl_hash_pages(tokens, 4 * n, 4, NULL, out, n, &got),
-	                 KVL_OK);
-	assert_int_equal(got, n);
-}
-
-static kvl_store *open_store(const char *uri)
-{
-	kvl_store *s = NULL;
-	char err[256] = "";
-	int rc = kvl_store_open(uri, &s, err, sizeof err);
-	if (rc)
-		print_error("store_open %s: %s\n", uri, err);
-	assert_int_equal(rc, KVL_OK);
-	assert_non_null(s);
-	return s;
+	hash_chain(out, n, seed * 100000, 4);
 }
 
 /* Asserts rc 0 and every result equal to want[]. */
 static void expect_results(int rc, const int *got, const int *want, size_t n,
                            kvl_store *st)
 {
-	if (rc)
-		print_error("call failed: %s\n", kvl_store_errmsg(st));
-	assert_int_equal(rc, KVL_OK);
-	for (size_t i = 0; i < n; i++) {
-		if (got[i] != want[i])
-			print_error("page %zu: expected %d, got %d (%s)\n", i,
-			            want[i], got[i], kvl_store_errmsg(st));
-		assert_int_equal(got[i], want[i]);
-	}
+	ASSERT_RC(st, rc, KVL_OK);
+	for (size_t i = 0; i < n; i++)
+		ASSERT_CODE_MSG(got[i], want[i], "page %zu: %s", i,
+		                kvl_store_errmsg(st));
 }
 
 #define EXPECT_RESULTS(rc, got, st, ...)                                   \
@@ -300,7 +231,7 @@ static size_t object_size(const host *h, int pool, size_t *hdr)
 static void test_roundtrip(void **state)
 {
 	(void)state;
-	kvl_store *st = open_store(STORE_URI);
+	kvl_store *st = open_ok(STORE_URI);
 	host src, dst;
 	host_init(&src, "t/bf16");
 	host_init(&dst, "t/bf16");
@@ -385,7 +316,7 @@ static void test_roundtrip(void **state)
 static void test_per_layer_get(void **state)
 {
 	(void)state;
-	kvl_store *st = open_store(STORE_URI);
+	kvl_store *st = open_ok(STORE_URI);
 	host src, dst;
 	host_init(&src, "t/bf16");
 	host_init(&dst, "t/bf16");
@@ -439,7 +370,7 @@ static void test_per_layer_get(void **state)
 	assert_int_equal(kvl_pages_get(st, dst.l, dst.swa, &pages[0], d3, 1, 0,
 	                               res),
 	                 KVL_ENOTFOUND);
-	expect_msg(kvl_store_errmsg(st), "layer 0");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "layer 0");
 	assert_int_equal(kvl_pages_get(st, dst.l, dst.swa, &pages[0], d3, 1, 2,
 	                               res),
 	                 KVL_ENOTFOUND);
@@ -457,7 +388,7 @@ static void test_per_layer_get(void **state)
 static void test_absent_and_ranges(void **state)
 {
 	(void)state;
-	kvl_store *st = open_store(STORE_URI);
+	kvl_store *st = open_ok(STORE_URI);
 	host src, dst;
 	host_init(&src, "t/bf16");
 	host_init(&dst, "t/bf16");
@@ -477,7 +408,7 @@ static void test_absent_and_ranges(void **state)
 	EXPECT_RESULTS(kvl_pages_put(st, src.l, src.kv, &pages[3], bad_only, 1,
 	                             res),
 	               res, st, KVL_ERANGE);
-	expect_msg(kvl_store_errmsg(st), "slot");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "slot");
 
 	/* Get: out-of-range slots and absent pages beside good ones. */
 	uint8_t *img = image_of(&dst);
@@ -501,7 +432,7 @@ static void test_absent_and_ranges(void **state)
 	const size_t bad2[2] = {NP, NP + 100};
 	EXPECT_RESULTS(kvl_pages_get(st, dst.l, dst.kv, pages, bad2, 2, 0, res),
 	               res, st, KVL_ERANGE, KVL_ERANGE);
-	expect_msg(kvl_store_errmsg(st), "slot");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "slot");
 	expect_same(img, &dst);
 
 	/* n == 0 is a no-op. */
@@ -525,7 +456,7 @@ static void test_absent_and_ranges(void **state)
 static void test_other_tag_and_ranks(void **state)
 {
 	(void)state;
-	kvl_store *st = open_store(STORE_URI);
+	kvl_store *st = open_ok(STORE_URI);
 	host a, b;
 	host_init(&a, "t/bf16");
 	host_init(&b, "t/fp8");
@@ -607,7 +538,7 @@ static void test_other_tag_and_ranks(void **state)
 static void test_cuda_pool(void **state)
 {
 	(void)state;
-	kvl_store *st = open_store(STORE_URI);
+	kvl_store *st = open_ok(STORE_URI);
 	static _Alignas(64) uint8_t fake[NP * 64];
 	static _Alignas(64) uint8_t hostmem[NP * 64];
 	kvl_layout *l;
@@ -631,8 +562,8 @@ static void test_cuda_pool(void **state)
 	int res[1] = {-100};
 	assert_int_equal(kvl_pages_exist(st, l, gpu, pages, 1, res),
 	                 KVL_ENOTSUP);
-	expect_msg(kvl_store_errmsg(st), "CUDA");
-	expect_msg(kvl_store_errmsg(st), "gpu");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "CUDA");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "gpu");
 	assert_int_equal(kvl_pages_put(st, l, gpu, pages, slots, 1, res),
 	                 KVL_ENOTSUP);
 	assert_int_equal(kvl_pages_get(st, l, gpu, pages, slots, 1,
@@ -674,7 +605,7 @@ static void test_object_format(void **state)
 {
 	(void)state;
 	/* An untrusted store, whose objects carry layer sums. */
-	kvl_store *st = open_store("mem:?verify=1&capacity=64MiB");
+	kvl_store *st = open_ok("mem:?verify=1&capacity=64MiB");
 	host src;
 	host_init(&src, "t/bf16");
 	fill_pool(&src, src.kv, 8);
@@ -685,7 +616,7 @@ static void test_object_format(void **state)
 
 	/* A trusted store's objects skip the sums, and say so. */
 	{
-		kvl_store *t = open_store(STORE_URI);
+		kvl_store *t = open_ok(STORE_URI);
 		put_pages(t, &src, src.kv, pages, slots, 1);
 		size_t hdr_size, size = object_size(&src, src.kv, &hdr_size);
 		uint8_t *obj = malloc(size);
@@ -768,10 +699,10 @@ static void test_object_format(void **state)
 static void test_corrupt(void **state)
 {
 	(void)state;
-	kvl_store *trusted = open_store("mem:");
-	kvl_store *verify = open_store("mem:?verify=1&capacity=64MiB");
+	kvl_store *trusted = open_ok("mem:");
+	kvl_store *verify = open_ok("mem:?verify=1&capacity=64MiB");
 	/* Objects to plant come from an untrusted store: they carry sums. */
-	kvl_store *scratch = open_store("mem:?verify=1&capacity=64MiB");
+	kvl_store *scratch = open_ok("mem:?verify=1&capacity=64MiB");
 	kvl_store *stores[2] = {trusted, verify};
 	host src, dst;
 	host_init(&src, "t/bf16");
@@ -806,8 +737,8 @@ static void test_corrupt(void **state)
 		assert_int_equal(kvl_layout_key(dst.l, dst.kv, &pages[1], key,
 		                                sizeof key),
 		                 KVL_OK);
-		expect_msg(kvl_store_errmsg(st), key);
-		expect_msg(kvl_store_errmsg(st), "magic");
+		ASSERT_CONTAINS(kvl_store_errmsg(st), key);
+		ASSERT_CONTAINS(kvl_store_errmsg(st), "magic");
 		/* ... which exists (existence does not read objects). */
 		EXPECT_RESULTS(kvl_pages_exist(st, dst.l, dst.kv, &pages[1], 1,
 		                               res),
@@ -822,7 +753,7 @@ static void test_corrupt(void **state)
 		EXPECT_RESULTS(kvl_pages_get(st, dst.l, dst.kv, &pages[2], s0,
 		                             1, KVL_ALL_LAYERS, res),
 		               res, st, KVL_ECORRUPT);
-		expect_msg(kvl_store_errmsg(st), "page hash");
+		ASSERT_CONTAINS(kvl_store_errmsg(st), "page hash");
 		EXPECT_RESULTS(kvl_pages_get(st, dst.l, dst.kv, &pages[2], s0,
 		                             1, 3, res),
 		               res, st, KVL_ECORRUPT);
@@ -861,7 +792,7 @@ static void test_corrupt(void **state)
 	EXPECT_RESULTS(kvl_pages_get(verify, dst.l, dst.kv, &pages[5], s6, 1,
 	                             KVL_ALL_LAYERS, res),
 	               res, verify, KVL_ECORRUPT);
-	expect_msg(kvl_store_errmsg(verify), "checksum");
+	ASSERT_CONTAINS(kvl_store_errmsg(verify), "checksum");
 	EXPECT_RESULTS(kvl_pages_get(verify, dst.l, dst.kv, &pages[5], s6, 1,
 	                             2, res),
 	               res, verify, KVL_ECORRUPT);
@@ -937,7 +868,7 @@ static void test_corrupt(void **state)
 static void test_null_args(void **state)
 {
 	(void)state;
-	kvl_store *st = open_store(STORE_URI);
+	kvl_store *st = open_ok(STORE_URI);
 	host h;
 	host_init(&h, "t/bf16");
 	kvl_hash pages[1];
@@ -951,7 +882,7 @@ static void test_null_args(void **state)
 	                 KVL_EINVAL);
 	assert_int_equal(kvl_pages_exist(st, h.l, 0, NULL, 1, res),
 	                 KVL_EINVAL);
-	expect_msg(kvl_store_errmsg(st), "NULL");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "NULL");
 	assert_int_equal(kvl_pages_exist(st, h.l, 0, pages, 1, NULL),
 	                 KVL_EINVAL);
 
@@ -963,7 +894,7 @@ static void test_null_args(void **state)
 	                 KVL_EINVAL);
 	assert_int_equal(kvl_pages_put(st, h.l, 0, pages, NULL, 1, res),
 	                 KVL_EINVAL);
-	expect_msg(kvl_store_errmsg(st), "slots");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "slots");
 	assert_int_equal(kvl_pages_put(st, h.l, 0, pages, slots, 1, NULL),
 	                 KVL_EINVAL);
 
@@ -982,7 +913,7 @@ static void test_null_args(void **state)
 	/* Unknown pools. */
 	assert_int_equal(kvl_pages_exist(st, h.l, 2, pages, 1, res),
 	                 KVL_ENOTFOUND);
-	expect_msg(kvl_store_errmsg(st), "pool");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "pool");
 	assert_int_equal(kvl_pages_put(st, h.l, -1, pages, slots, 1, res),
 	                 KVL_ENOTFOUND);
 	assert_int_equal(kvl_pages_get(st, h.l, 7, pages, slots, 1,
@@ -999,7 +930,7 @@ static void test_null_args(void **state)
 	                 KVL_OK);
 	assert_int_equal(kvl_pages_exist(st, raw, p, pages, 1, res),
 	                 KVL_ESTATE);
-	expect_msg(kvl_store_errmsg(st), "finalized");
+	ASSERT_CONTAINS(kvl_store_errmsg(st), "finalized");
 	assert_int_equal(kvl_pages_put(st, raw, p, pages, slots, 1, res),
 	                 KVL_ESTATE);
 	assert_int_equal(kvl_pages_get(st, raw, p, pages, slots, 1,

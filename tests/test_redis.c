@@ -36,7 +36,10 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/clock.h"
+#include "support/kvl_assert.h"
+#include "support/rand.h"
+#include "support/stores.h"
 
 #include "kvl_config.h"
 #include "kvlink.h"
@@ -55,19 +58,6 @@ int main(void)
 
 static int standalone_port;
 static int cluster_ports[6]; /* masters first */
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
 
 /* Runs a shell command; its standard output (trimmed) goes to out. Returns
  * the exit status. */
@@ -138,23 +128,6 @@ static void server_do(const char *what, int port)
 		fail_msg("servers.sh %s failed: %s", cmd, out);
 }
 
-static kvl_store *open_ok(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-static kvl_store *open_ok(const char *fmt, ...)
-{
-	char uri[1024], eb[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(uri, sizeof uri, fmt, ap);
-	va_end(ap);
-	kvl_store *s = NULL;
-	int rc = kvl_store_open(uri, &s, eb, sizeof eb);
-	if (rc)
-		fail_msg("kvl_store_open(\"%s\") == %s: %s", uri,
-		         kvl_err_name(rc), eb);
-	return s;
-}
-
 static int open_err(char *eb, size_t cap, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static int open_err(char *eb, size_t cap, const char *fmt, ...)
@@ -181,64 +154,6 @@ static void cluster_uri(char *buf, size_t cap, const char *opts)
 		n += snprintf(buf + n, cap - (size_t)n, "%s127.0.0.1:%d",
 		              i ? "," : "", cluster_ports[i]);
 	snprintf(buf + n, cap - (size_t)n, "%s%s", opts[0] ? "?" : "", opts);
-}
-
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static void fill(uint8_t *p, size_t n, uint64_t seed)
-{
-	uint64_t x = seed * 7919 + 1;
-	for (size_t i = 0; i < n; i += 8) {
-		uint64_t w = splitmix(&x);
-		memcpy(p + i, &w, n - i < 8 ? n - i : 8);
-	}
-}
-
-static uint8_t *pattern(size_t n, uint64_t seed)
-{
-	uint8_t *p = malloc(n ? n : 1);
-	assert_non_null(p);
-	fill(p, n, seed);
-	return p;
-}
-
-static int put1(kvl_store *s, const char *key, const void *p, size_t n)
-{
-	kvl_iov iov = { (void *)p, n };
-	size_t one = 1;
-	int r = 99;
-	ASSERT_CODE(kvl_store_put(s, &key, 1, &iov, &one, &r), 0);
-	return r;
-}
-
-static int64_t get1(kvl_store *s, const char *key, uint64_t off, void *d,
-                    size_t n)
-{
-	kvl_range rg = { off, d, n };
-	size_t one = 1;
-	int64_t r = 99;
-	ASSERT_CODE(kvl_store_get(s, &key, 1, &rg, &one, &r), 0);
-	return r;
-}
-
-static int exists1(kvl_store *s, const char *key)
-{
-	int r = 99;
-	ASSERT_CODE(kvl_store_exists(s, &key, 1, &r), 0);
-	return r;
-}
-
-static int remove1(kvl_store *s, const char *key)
-{
-	int r = 99;
-	ASSERT_CODE(kvl_store_remove(s, &key, 1, &r), 0);
-	return r;
 }
 
 /* ---------------------------------------------------- an engine's pages */
@@ -306,7 +221,8 @@ static void page_bytes(uint8_t *out, const kvl_hash *h, uint32_t ly, int c)
 {
 	uint64_t seed;
 	memcpy(&seed, h->bytes, 8);
-	fill(out, E_COMP, seed ^ (ly * 2 + (uint64_t)c + 1) * 0x1234567);
+	fill_pattern(out, E_COMP,
+	             seed ^ (ly * 2 + (uint64_t)c + 1) * 0x1234567);
 }
 
 static void eng_fill(eng *e, size_t slot, const kvl_hash *h)
@@ -337,7 +253,7 @@ static kvl_hash *make_pages(size_t n, uint64_t seed)
 	assert_non_null(h);
 	uint64_t x = seed;
 	for (size_t i = 0; i < n * E_PAGE; i++)
-		tok[i] = splitmix(&x) % 128000;
+		tok[i] = splitmix64(&x) % 128000;
 	size_t got = 0;
 	ASSERT_CODE(kvl_hash_pages(tok, n * E_PAGE, E_PAGE, NULL, h, n, &got),
 	            0);
@@ -449,7 +365,7 @@ static void test_standalone_ops(void **state)
 {
 	(void)state;
 	int P = standalone_port;
-	kvl_store *s = open_ok("redis://127.0.0.1:%d", P);
+	kvl_store *s = open_okf("redis://127.0.0.1:%d", P);
 	const size_t len = 100000;
 	uint8_t *a = pattern(len, 1), *d = calloc(1, len);
 	assert_non_null(d);
@@ -502,7 +418,7 @@ static void test_standalone_ops(void **state)
 	kvl_store_close(s);
 
 	/* The smallest cap on bytes in flight: one command at a time. */
-	s = open_ok("redis://127.0.0.1:%d?inflight=4096", P);
+	s = open_okf("redis://127.0.0.1:%d?inflight=4096", P);
 	{
 		enum { N = 20 };
 		const char *ks[N];
@@ -533,9 +449,9 @@ static void test_standalone_ops(void **state)
 	kvl_store_close(s);
 
 	/* A database by path or option; keys do not cross databases. */
-	s = open_ok("redis://127.0.0.1:%d/5", P);
-	kvl_store *s0 = open_ok("redis://127.0.0.1:%d", P);
-	kvl_store *s5 = open_ok("redis://127.0.0.1:%d?db=5", P);
+	s = open_okf("redis://127.0.0.1:%d/5", P);
+	kvl_store *s0 = open_okf("redis://127.0.0.1:%d", P);
+	kvl_store *s5 = open_okf("redis://127.0.0.1:%d?db=5", P);
 	ASSERT_CODE(put1(s, "db/k", a, 10), KVL_PUT_STORED);
 	ASSERT_EQ(cli_int(P, "-n 5 exists db/k"), 1);
 	ASSERT_EQ(cli_int(P, "-n 0 exists db/k"), 0);
@@ -546,7 +462,7 @@ static void test_standalone_ops(void **state)
 	kvl_store_close(s5);
 
 	/* A TTL on every object stored. */
-	s = open_ok("redis://127.0.0.1:%d?ttl=100", P);
+	s = open_okf("redis://127.0.0.1:%d?ttl=100", P);
 	ASSERT_CODE(put1(s, "ttl/k", a, 10), KVL_PUT_STORED);
 	long long ttl = cli_int(P, "ttl ttl/k");
 	assert_true(ttl > 0 && ttl <= 100);
@@ -569,7 +485,7 @@ static void test_standalone_ops(void **state)
 	/* Objects above proto-max-bulk-len are refused before sending. */
 	char out[64];
 	CLI(out, P, "config set proto-max-bulk-len 1mb");
-	s = open_ok("redis://127.0.0.1:%d", P);
+	s = open_okf("redis://127.0.0.1:%d", P);
 	uint8_t *big = pattern((1u << 20) + 1, 3);
 	ASSERT_CODE(put1(s, "ops/big", big, (1u << 20) + 1), KVL_ERANGE);
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "proto-max-bulk-len");
@@ -584,7 +500,7 @@ static void test_standalone_ops(void **state)
 
 static void linker_roundtrip(const char *uri, uint64_t seed)
 {
-	kvl_store *s = open_ok("%s", uri);
+	kvl_store *s = open_ok(uri);
 	eng src, dst;
 	eng_init(&src, 48, s);
 	eng_init(&dst, 48, s);
@@ -639,10 +555,10 @@ static void test_wrong_password(void **state)
 	ASSERT_CONTAINS(eb, "NOAUTH");
 	ASSERT_CONTAINS(eb, "needs a password");
 	/* Right, %-escaped, with and without the user name. */
-	kvl_store *s = open_ok("redis://:p%%40ss%%3Aw%%2Frd@127.0.0.1:%d", P);
+	kvl_store *s = open_okf("redis://:p%%40ss%%3Aw%%2Frd@127.0.0.1:%d", P);
 	ASSERT_CODE(put1(s, "pw/k", "x", 1), KVL_PUT_STORED);
 	kvl_store_close(s);
-	s = open_ok("redis://default:p%%40ss%%3Aw%%2Frd@127.0.0.1:%d", P);
+	s = open_okf("redis://default:p%%40ss%%3Aw%%2Frd@127.0.0.1:%d", P);
 	ASSERT_EQ(exists1(s, "pw/k"), 1);
 	kvl_store_close(s);
 }
@@ -651,7 +567,7 @@ static void test_restart(void **state)
 {
 	(void)state;
 	int P = start_server("");
-	kvl_store *s = open_ok("redis://127.0.0.1:%d?connect_timeout_ms=500",
+	kvl_store *s = open_okf("redis://127.0.0.1:%d?connect_timeout_ms=500",
 	                       P);
 	uint8_t buf[64] = { 1 };
 	ASSERT_CODE(put1(s, "rs/a", buf, 64), KVL_PUT_STORED);
@@ -688,7 +604,7 @@ static void test_timeout(void **state)
 {
 	(void)state;
 	int P = start_server("");
-	kvl_store *s = open_ok("redis://127.0.0.1:%d?timeout_ms=300", P);
+	kvl_store *s = open_okf("redis://127.0.0.1:%d?timeout_ms=300", P);
 	uint8_t buf[64] = { 2 };
 	ASSERT_CODE(put1(s, "to/a", buf, 64), KVL_PUT_STORED);
 
@@ -732,7 +648,7 @@ static void test_paused_seed(void **state)
 	            KVL_EIO);
 	assert_true(now_ms() - t0 < 5000);
 	ASSERT_CONTAINS(eb, "no reply");
-	kvl_store *s = open_ok("redis://127.0.0.1:%d,127.0.0.1:%d?"
+	kvl_store *s = open_okf("redis://127.0.0.1:%d,127.0.0.1:%d?"
 	                       "timeout_ms=300",
 	                       P, cluster_ports[0]);
 	uint8_t buf[64], back[64];
@@ -748,7 +664,7 @@ static void test_eviction(void **state)
 {
 	(void)state;
 	int P = start_server("--maxmemory 4mb --maxmemory-policy allkeys-lru");
-	kvl_store *s = open_ok("redis://127.0.0.1:%d", P);
+	kvl_store *s = open_okf("redis://127.0.0.1:%d", P);
 	const size_t len = 256u << 10, n = 48;
 	uint8_t *d = malloc(len);
 	assert_non_null(d);
@@ -878,7 +794,7 @@ static void test_cluster_ops(void **state)
 	(void)state;
 	char uri[512];
 	cluster_uri(uri, sizeof uri, "");
-	kvl_store *s = open_ok("%s", uri);
+	kvl_store *s = open_ok(uri);
 	/* Slots agree with the server's, hash tags included. */
 	static const char *const tags[] = {
 		"foo", "{user1000}.following", "a{b}c", "{}x", "x{}{y}",
@@ -962,7 +878,7 @@ static void test_cluster_reshard(void **state)
 	(void)state;
 	char uri[512], out[512], src_id[64], dst_id[64];
 	cluster_uri(uri, sizeof uri, "");
-	kvl_store *s = open_ok("%s", uri);
+	kvl_store *s = open_ok(uri);
 	const char *ka = "rs:{t7}a", *kb = "rs:{t7}b", *kc = "rs:{t7}c";
 	int slot = kvl__redis_key_slot(ka, strlen(ka));
 	int src = slot_owner(cluster_ports[0], slot, src_id);
@@ -1021,7 +937,7 @@ static void test_cluster_reshard(void **state)
 	ASSERT_EQ(exists1(s, kc), 1);
 	ASSERT_EQ(slot_owner(cluster_ports[0], slot, NULL), dst);
 	/* A fresh store reads the new map. */
-	kvl_store *s2 = open_ok("%s", uri);
+	kvl_store *s2 = open_ok(uri);
 	ASSERT_EQ(get1(s2, kc, 0, d, 9000), 9000);
 	kvl_store_close(s2);
 
@@ -1041,7 +957,7 @@ static void test_cluster_replicas(void **state)
 	(void)state;
 	char uri[512], out[4096];
 	cluster_uri(uri, sizeof uri, "");
-	kvl_store *w = open_ok("%s", uri);
+	kvl_store *w = open_ok(uri);
 	/* CLUSTER SLOTS lists a replica once its master's node has heard of
 	 * its replication offset: wait for that (its output, one value a line,
 	 * shows ports above 16383 only as node ports). */
@@ -1064,7 +980,7 @@ static void test_cluster_replicas(void **state)
 		}
 	}
 	cluster_uri(uri, sizeof uri, "replicas=1");
-	kvl_store *r = open_ok("%s", uri);
+	kvl_store *r = open_ok(uri);
 	enum { N = 60 };
 	char key[32];
 	uint8_t *src = pattern(N * 1000, 41), d[1000];
@@ -1176,7 +1092,7 @@ static void test_cluster_failover(void **state)
 	(void)state;
 	char uri[512];
 	cluster_uri(uri, sizeof uri, "timeout_ms=1000&connect_timeout_ms=500");
-	kvl_store *s = open_ok("%s", uri);
+	kvl_store *s = open_ok(uri);
 	eng src, dst;
 	eng_init(&src, 64, s);
 	eng_init(&dst, 64, s);

@@ -29,7 +29,7 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/kvl_assert.h"
 
 /* One replay's JSON line, as the numbers the tests look at. */
 struct run {

@@ -25,7 +25,9 @@
 
 #include <cmocka.h>
 
-#include "kvl_assert.h"
+#include "support/kvl_assert.h"
+#include "support/rand.h"
+#include "support/stores.h"
 
 #include "kvlink.h"
 #include "store/store.h"
@@ -67,18 +69,6 @@ static struct backend backends[] = {
 
 static struct backend env_backend = { "env", NULL, NULL, 0 };
 
-static kvl_store *open_ok(const char *uri)
-{
-	char eb[KVL__ERRMSG_MAX];
-	kvl_store *s = NULL;
-	int rc = kvl_store_open(uri, &s, eb, sizeof eb);
-	if (rc != 0)
-		fail_msg("kvl_store_open(\"%s\") == %s: %s", uri,
-		         kvl_err_name(rc), eb);
-	assert_non_null(s);
-	return s;
-}
-
 static kvl_store *open_cap(const struct backend *b, unsigned long long cap)
 {
 	char uri[256];
@@ -91,77 +81,6 @@ static kvl_store *open_cap(const struct backend *b, unsigned long long cap)
 static kvl_store *open_backend(const struct backend *b)
 {
 	return open_ok(b->uri);
-}
-
-static uint64_t splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Bytes that differ by seed and by offset, so a misplaced range shows. */
-static void fill_pattern(uint8_t *p, size_t n, uint64_t seed)
-{
-	uint64_t x = seed * 0x100000001b3ull + 1;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t w = splitmix(&x);
-		memcpy(p + i, &w, 8);
-	}
-	uint64_t w = splitmix(&x);
-	for (; i < n; i++, w >>= 8)
-		p[i] = (uint8_t)w;
-}
-
-static uint8_t *pattern(size_t n, uint64_t seed)
-{
-	uint8_t *p = malloc(n ? n : 1);
-	assert_non_null(p);
-	fill_pattern(p, n, seed);
-	return p;
-}
-
-static int put1(kvl_store *s, const char *key, const void *data, size_t len)
-{
-	kvl_iov iov = { (void *)data, len };
-	size_t np = 1;
-	int res = 12345;
-	ASSERT_CODE(kvl_store_put(s, &key, 1, &iov, &np, &res), 0);
-	return res;
-}
-
-static int exists1(kvl_store *s, const char *key)
-{
-	int res = 12345;
-	ASSERT_CODE(kvl_store_exists(s, &key, 1, &res), 0);
-	return res;
-}
-
-static int64_t get1(kvl_store *s, const char *key, uint64_t off, void *dst,
-                    size_t len)
-{
-	kvl_range r = { off, dst, len };
-	size_t nr = 1;
-	int64_t res = 12345;
-	ASSERT_CODE(kvl_store_get(s, &key, 1, &r, &nr, &res), 0);
-	return res;
-}
-
-static int remove1(kvl_store *s, const char *key)
-{
-	int res = 12345;
-	ASSERT_CODE(kvl_store_remove(s, &key, 1, &res), 0);
-	return res;
-}
-
-static kvl_store_stats stats(kvl_store *s)
-{
-	kvl_store_stats st;
-	memset(&st, 0xff, sizeof st);
-	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
-	return st;
 }
 
 static const struct backend *bk(void **state)
@@ -337,7 +256,7 @@ static void test_open_defaults(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof uris / sizeof uris[0]; i++) {
 		kvl_store *s = open_ok(uris[i]);
-		kvl_store_stats st = stats(s);
+		kvl_store_stats st = store_stats(s);
 		ASSERT_U64(st.capacity, 8ull << 30);
 		ASSERT_U64(st.objects, 0);
 		ASSERT_U64(st.bytes, 0);
@@ -347,12 +266,12 @@ static void test_open_defaults(void **state)
 	}
 
 	kvl_store *s = open_ok("mem:?capacity=1GiB&verify=1");
-	ASSERT_U64(stats(s).capacity, 1ull << 30);
+	ASSERT_U64(store_stats(s).capacity, 1ull << 30);
 	ASSERT_EQ(s->trusted, 0);
 	kvl_store_close(s);
 
 	s = open_ok("mem:?verify=0&capacity=12345");
-	ASSERT_U64(stats(s).capacity, 12345);
+	ASSERT_U64(store_stats(s).capacity, 12345);
 	ASSERT_EQ(s->trusted, 1);
 	kvl_store_close(s);
 
@@ -826,14 +745,14 @@ static void test_n_zero(void **state)
 {
 	const struct backend *b = bk(state);
 	kvl_store *s = open_backend(b);
-	kvl_store_stats before = stats(s);
+	kvl_store_stats before = store_stats(s);
 
 	ASSERT_CODE(kvl_store_exists(s, NULL, 0, NULL), 0);
 	ASSERT_CODE(kvl_store_get(s, NULL, 0, NULL, NULL, NULL), 0);
 	ASSERT_CODE(kvl_store_put(s, NULL, 0, NULL, NULL, NULL), 0);
 	ASSERT_CODE(kvl_store_remove(s, NULL, 0, NULL), 0);
 	if (b->flags & BK_EXACT_STATS) {
-		kvl_store_stats after = stats(s);
+		kvl_store_stats after = store_stats(s);
 		ASSERT_U64(after.hits, before.hits);
 		ASSERT_U64(after.misses, before.misses);
 		ASSERT_U64(after.puts, before.puts);
@@ -853,7 +772,7 @@ static uint64_t object_cost(const struct backend *b, size_t key_len,
 	key[key_len] = '\0';
 	uint8_t *p = pattern(len, 0);
 	ASSERT_CODE(put1(s, key, p, len), KVL_PUT_STORED);
-	uint64_t cost = stats(s).bytes;
+	uint64_t cost = store_stats(s).bytes;
 	free(p);
 	kvl_store_close(s);
 	if (cost < len + key_len)
@@ -875,7 +794,7 @@ static void test_stats_exact(void **state)
 	uint8_t *p = pattern(len, 7);
 	uint8_t d[200];
 
-	kvl_store_stats st = stats(s);
+	kvl_store_stats st = store_stats(s);
 	ASSERT_U64(st.capacity, cap);
 	ASSERT_U64(st.objects + st.bytes + st.hits + st.misses + st.puts +
 	                   st.evictions + st.errors,
@@ -885,7 +804,7 @@ static void test_stats_exact(void **state)
 	ASSERT_CODE(put1(s, "st/b", p, len), KVL_PUT_STORED);
 	ASSERT_CODE(put1(s, "st/c", p, len), KVL_PUT_STORED);
 	ASSERT_CODE(put1(s, "st/a", p, len), KVL_PUT_PRESENT);
-	st = stats(s);
+	st = store_stats(s);
 	ASSERT_U64(st.puts, 3);
 	ASSERT_U64(st.objects, 3);
 	ASSERT_U64(st.bytes, 3 * cost);
@@ -904,7 +823,7 @@ static void test_stats_exact(void **state)
 	ASSERT_CODE(put1(s, "st/big", big, cap + 1), KVL_ERANGE);
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "st/big");
 
-	st = stats(s);
+	st = store_stats(s);
 	ASSERT_U64(st.objects, 2);
 	ASSERT_U64(st.bytes, 2 * cost);
 	ASSERT_U64(st.capacity, cap);
@@ -936,8 +855,8 @@ static void test_lru_exact(void **state)
 		snprintf(key, sizeof key, "lru/%02d", i);
 		ASSERT_CODE(put1(s, key, p, len), KVL_PUT_STORED);
 	}
-	ASSERT_U64(stats(s).bytes, 4 * cost);
-	ASSERT_U64(stats(s).evictions, 0);
+	ASSERT_U64(store_stats(s).bytes, 4 * cost);
+	ASSERT_U64(store_stats(s).evictions, 0);
 
 	/* Order, oldest first: 00 01 02 03. Touch 00 with exists and 01 with
 	 * get: 02 03 00 01. A present put does not touch: put 02 again. */
@@ -951,8 +870,8 @@ static void test_lru_exact(void **state)
 	/* 04 evicts 02; 05 evicts 03. */
 	ASSERT_CODE(put1(s, "lru/04", p, len), KVL_PUT_STORED);
 	ASSERT_CODE(put1(s, "lru/05", p, len), KVL_PUT_STORED);
-	ASSERT_U64(stats(s).evictions, 2);
-	ASSERT_U64(stats(s).objects, 4);
+	ASSERT_U64(store_stats(s).evictions, 2);
+	ASSERT_U64(store_stats(s).objects, 4);
 
 	/* Check with get (which touches) in the order that keeps the
 	 * survivors' relative order: 00 01 04 05. */
@@ -976,13 +895,13 @@ static void test_lru_exact(void **state)
 		snprintf(key, sizeof key, "lru/%02d", i);
 		ASSERT_EQ(exists1(s, key), alive2[i]);
 	}
-	ASSERT_U64(stats(s).evictions, 4);
-	ASSERT_U64(stats(s).bytes, 2 * cost + (cost + 2 * len));
+	ASSERT_U64(store_stats(s).evictions, 4);
+	ASSERT_U64(store_stats(s).bytes, 2 * cost + (cost + 2 * len));
 
 	/* Removing makes room without evictions. */
 	ASSERT_EQ(remove1(s, "lru/04"), 1);
 	ASSERT_CODE(put1(s, "lru/07", p, len), KVL_PUT_STORED);
-	ASSERT_U64(stats(s).evictions, 4);
+	ASSERT_U64(store_stats(s).evictions, 4);
 
 	/* The object larger than the capacity fails; one of exactly the
 	 * capacity fits and evicts everything. */
@@ -995,11 +914,11 @@ static void test_lru_exact(void **state)
 	size_t whole = (size_t)(4 * cost - (cost - len));
 	uint8_t *p4 = pattern(whole + 1, 10);
 	ASSERT_CODE(put1(s, "lru/xx", p4, whole + 1), KVL_ERANGE);
-	ASSERT_U64(stats(s).objects, 4);
+	ASSERT_U64(store_stats(s).objects, 4);
 	ASSERT_CODE(put1(s, "lru/xx", p4, whole), KVL_PUT_STORED);
-	ASSERT_U64(stats(s).objects, 1);
-	ASSERT_U64(stats(s).bytes, 4 * cost);
-	ASSERT_U64(stats(s).evictions, 4);
+	ASSERT_U64(store_stats(s).objects, 1);
+	ASSERT_U64(store_stats(s).bytes, 4 * cost);
+	ASSERT_U64(store_stats(s).evictions, 4);
 
 	free(p4);
 	free(p2);
@@ -1075,7 +994,7 @@ static void *conc_reader(void *p)
 		size_t nr[4] = { 2, 1, 1, 1 };
 		int64_t res[4];
 		for (int k = 0; k < 4; k++) {
-			ids[k] = (unsigned)(splitmix(&x) % CONC_IDS);
+			ids[k] = (unsigned)(splitmix64(&x) % CONC_IDS);
 			conc_key(kb[k], sizeof kb[k], ids[k]);
 			keys[k] = kb[k];
 		}
@@ -1122,7 +1041,7 @@ static void *conc_writer(void *p)
 	struct conc *c = a->c;
 	uint64_t x = a->id * 104729 + 3;
 	for (int it = 0; it < a->iters; it++) {
-		unsigned id = (unsigned)(splitmix(&x) % CONC_IDS);
+		unsigned id = (unsigned)(splitmix64(&x) % CONC_IDS);
 		char kb[32], tiny[32];
 		const char *keys[2] = { kb, tiny };
 		conc_key(kb, sizeof kb, id);
@@ -1150,7 +1069,7 @@ static void *conc_writer(void *p)
 		if (it % 16 == 0) {
 			int rr;
 			conc_key(kb, sizeof kb,
-			         (unsigned)(splitmix(&x) % CONC_IDS));
+			         (unsigned)(splitmix64(&x) % CONC_IDS));
 			if (kvl_store_remove(c->s, keys, 1, &rr) != 0 ||
 			    (rr != 0 && rr != 1))
 				conc_fail(c, "unexpected remove result", rr);
@@ -1206,7 +1125,7 @@ static void test_concurrency(void **state)
 	assert_true(atomic_load(&c->missing) > 0);
 
 	/* Afterwards, a consistent state. */
-	kvl_store_stats st = stats(c->s);
+	kvl_store_stats st = store_stats(c->s);
 	if (b->flags & BK_EXACT_LRU) {
 		assert_true(st.bytes <= st.capacity);
 		assert_true(st.evictions > 0);
@@ -1289,7 +1208,7 @@ static void test_pinned_read(void **state)
 				fail_msg("put %s == %s", key,
 				         kvl_err_name(r));
 			/* (exists would touch it: watch the counter.) */
-			if (stats(s).evictions > 0) {
+			if (store_stats(s).evictions > 0) {
 				gone_while_read = !atomic_load(&pn.done);
 				ASSERT_EQ(exists1(s, pn.key), 0);
 				break;
@@ -1318,7 +1237,7 @@ static void test_pinned_read(void **state)
 			overlapped = 1;
 			/* The evicted object is freed by the last unpin: what
 			 * remains is exactly the small objects. */
-			kvl_store_stats st = stats(s);
+			kvl_store_stats st = store_stats(s);
 			assert_true(st.objects > 0);
 			ASSERT_U64(st.bytes, st.objects * (st.bytes /
 			                                   st.objects));
@@ -1373,8 +1292,8 @@ int main(void)
 	int failed = cmocka_run_group_tests_name("store", common, NULL, NULL);
 	for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
 		failed += run_backend(&backends[i]);
-	const char *env = getenv("KVL_TEST_STORE_URI");
-	if (env && *env) {
+	const char *env = env_store();
+	if (env) {
 		env_backend.uri = env;
 		/* Mooncake holds no empty objects, and does not tell a put
 		 * of a present key from a new one (docs/mooncake.md). */

@@ -1,0 +1,413 @@
+/*
+ * test_linker_lookup.c — the linker's lookups (kvl_linker_lookup): the
+ * prefix of pages a load would restore, across pools and ranks.
+ *
+ * Each test builds a source and a destination engine of one shape
+ * (tests/support/linker_fixture.h: pool "kv", optionally "swa" and
+ * "mla"), fills source slots with their pages' bytes, offloads, flushes,
+ * loads into other slots of the destination and compares layer by layer;
+ * every accepted request is collected exactly once (collect()). Stores are
+ * the embedded "mem:" store and, for failure and timing paths, the
+ * fault-injection store "fault+mem:" (tests that need it skip and say why
+ * when this build cannot open it). With KVL_TEST_STORE_URI set (e.g. by
+ * tests/mooncake/run.sh or tests/redis/run.sh), every test runs on that
+ * store instead, "fault+" wrapped where it needs faults, each test in a key
+ * namespace of its own.
+ *
+ * Covers: lookup prefixes and bad arguments, holes of ALL_PAGES and
+ * TRAILING pools, pool_pages subsets, namespace seeds (loads find pages only
+ * under their seed), one store exists call per lookup, ranks as threads
+ * sharing a store and a rank group (a rank lacking pages, a replicated pool
+ * shared by the ranks, a rank whose store is down, a peer that never comes).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/linker_fixture.h"
+
+/* ================================================================ lookup */
+
+static void test_lookup_basic(void **state)
+{
+	(void)state;
+	hcfg cfg = {.swa = 1};
+	host h;
+	host_init(&h, &cfg);
+	kvl_store *s = open_ok(STORE_URI);
+	kvl_linker *lk = open_lk(&h, s, NULL);
+	kvl_hash pg[8];
+	make_pages(pg, 8, 2);
+
+	/* Nothing stored: 0; n_pages 0: 0 (pages may be NULL). */
+	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 0);
+	assert_int_equal(lookup(lk, NULL, 0, NULL, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 0, NULL, NULL), 0);
+	size_t prefix = 0;
+	ASSERT_RC(lk, kvl_linker_lookup(lk, NULL, 3, NULL, NULL, &prefix),
+	          KVL_EINVAL);
+	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 3, NULL, NULL, NULL),
+	          KVL_EINVAL);
+
+	/* Offload pages 0..5 of both pools. */
+	req r;
+	req_init(&r, pg, 6);
+	req_pool(&r, h.kv, 0, 0);
+	req_pool(&r, h.swa, 0, 0);
+	fill_req(&h, &r);
+	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r, NULL)},
+	                  KVL_REQ_OFFLOAD, 0, 6, 6);
+	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 6);
+	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 6);
+	assert_int_equal(lookup(lk, pg, 3, NULL, NULL), 3);
+
+	/* One store exists call per lookup: every (page, pool) asked counts
+	 * once as a hit or a miss. */
+	kvl_store_stats a, b;
+	assert_int_equal(kvl_store_stats_get(s, &a), KVL_OK);
+	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 6);
+	assert_int_equal(kvl_store_stats_get(s, &b), KVL_OK);
+	assert_int_equal((b.hits + b.misses) - (a.hits + a.misses), 8 * 2);
+	assert_int_equal(b.hits - a.hits, 6 * 2);
+
+	/* ALL_PAGES: a hole in the middle ends the prefix. */
+	remove_page(s, &h, h.kv, &pg[2], NULL);
+	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 2);
+	remove_page(s, &h, h.kv, &pg[0], NULL);
+	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 0);
+
+	kvl_linker_close(lk);
+	kvl_store_close(s);
+	host_free(&h);
+}
+
+/* Stores `kv` pages of pool kv and the swa pages flagged in swa_at. */
+static void store_pattern(kvl_linker *lk, host *h, const kvl_hash *pg,
+                          size_t n, const uint8_t *swa_at, uint64_t id)
+{
+	req r;
+	req_init(&r, pg, n);
+	req_pool(&r, h->kv, 0, 0);
+	req_pool(&r, h->swa, 0, 0);
+	for (size_t i = 0; i < n; i++)
+		if (!swa_at[i])
+			r.slot[h->swa][i] = KVL_NO_SLOT;
+	fill_req(h, &r);
+	expect_completion((kvl_completion[]){offload_sync(lk, id, &r, NULL)},
+	                  KVL_REQ_OFFLOAD, 0, n, n);
+}
+
+static void test_lookup_trailing(void **state)
+{
+	(void)state;
+	/* The documented example with a window of 1: kv on pages 0..3, swa
+	 * on pages 1 and 3 → {0, 2, 4} → 4; without swa page 3 → 2. */
+	hcfg c1 = {.swa = 1, .swa_window = 1};
+	host h;
+	host_init(&h, &c1);
+	kvl_store *s = open_ok(STORE_URI);
+	kvl_linker *lk = open_lk(&h, s, NULL);
+	kvl_hash pg[6];
+	make_pages(pg, 6, 3);
+	store_pattern(lk, &h, pg, 4, (const uint8_t[]){0, 1, 0, 1}, 1);
+	assert_int_equal(lookup(lk, pg, 4, NULL, NULL), 4);
+	assert_int_equal(lookup(lk, pg, 3, NULL, NULL), 2);
+	remove_page(s, &h, h.swa, &pg[3], NULL);
+	assert_int_equal(lookup(lk, pg, 4, NULL, NULL), 2);
+	kvl_linker_close(lk);
+	kvl_store_close(s);
+	host_free(&h);
+
+	/* Window 2: kv on pages 0..5, swa on 1, 2, 4, 5 → {0, 3, 6}. */
+	hcfg c2 = {.swa = 1, .swa_window = 2};
+	host_init(&h, &c2);
+	s = open_ok(STORE_URI);
+	lk = open_lk(&h, s, NULL);
+	store_pattern(lk, &h, pg, 6, (const uint8_t[]){0, 1, 1, 0, 1, 1}, 1);
+	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 6);
+	assert_int_equal(lookup(lk, pg, 5, NULL, NULL), 3);
+	assert_int_equal(lookup(lk, pg, 4, NULL, NULL), 3);
+	assert_int_equal(lookup(lk, pg, 2, NULL, NULL), 0);
+
+	/* pool_pages: swa asked only for pages 4, 5 → 6 (kv all present). */
+	const uint8_t tail[6] = {0, 0, 0, 0, 1, 1};
+	const uint8_t *pp1[2] = {NULL, tail};
+	pp1[h.kv] = NULL;
+	pp1[h.swa] = tail;
+	assert_int_equal(lookup(lk, pg, 6, NULL, pp1), 6);
+	/* swa asked for pages 0..3 only: 4, 5 count as absent → 3. */
+	const uint8_t head[6] = {1, 1, 1, 1, 0, 0};
+	const uint8_t *pp2[2];
+	pp2[h.kv] = NULL;
+	pp2[h.swa] = head;
+	assert_int_equal(lookup(lk, pg, 6, NULL, pp2), 3);
+	/* kv asked for pages 0..2 only → kv allows 1..3; swa → 3. */
+	const uint8_t kv3[6] = {1, 1, 1, 0, 0, 0};
+	const uint8_t *pp3[2];
+	pp3[h.kv] = kv3;
+	pp3[h.swa] = NULL;
+	assert_int_equal(lookup(lk, pg, 6, NULL, pp3), 3);
+	/* swa with no flag does not constrain: kv's 6 even where swa has
+	 * holes; and the store is asked only the flagged items. */
+	const uint8_t none[6] = {0};
+	const uint8_t *pp4[2];
+	pp4[h.kv] = NULL;
+	pp4[h.swa] = none;
+	kvl_store_stats a, b;
+	assert_int_equal(kvl_store_stats_get(s, &a), KVL_OK);
+	assert_int_equal(lookup(lk, pg, 6, NULL, pp4), 6);
+	assert_int_equal(lookup(lk, pg, 6, NULL, pp1), 6);
+	assert_int_equal(kvl_store_stats_get(s, &b), KVL_OK);
+	assert_int_equal((b.hits + b.misses) - (a.hits + a.misses),
+	                 6 + (6 + 2));
+
+	/* Holes: without swa page 5 → 3; without swa page 2 too → 0. */
+	remove_page(s, &h, h.swa, &pg[5], NULL);
+	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 3);
+	remove_page(s, &h, h.swa, &pg[2], NULL);
+	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 6, NULL, pp4), 6);
+
+	kvl_linker_close(lk);
+	kvl_store_close(s);
+	host_free(&h);
+}
+
+static void test_lookup_namespace(void **state)
+{
+	(void)state;
+	host src, dst;
+	host_init(&src, NULL);
+	host_init(&dst, NULL);
+	kvl_store *s = open_ok(STORE_URI);
+	kvl_linker *lk = open_lk(&src, s, NULL);
+	kvl_hash pg[5];
+	make_pages(pg, 5, 4);
+	kvl_hash na = make_seed("tenant-a"), nb = make_seed("tenant-b");
+
+	req r;
+	req_init(&r, pg, 5);
+	req_pool(&r, src.kv, 3, 0);
+	fill_req(&src, &r);
+	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r, &na)},
+	                  KVL_REQ_OFFLOAD, 0, 5, 5);
+	assert_int_equal(lookup(lk, pg, 5, &nb, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 5, NULL, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 5, &na, NULL), 5);
+	assert_int_equal(page_present(s, &src, src.kv, &pg[1], &na), 1);
+	assert_int_equal(page_present(s, &src, src.kv, &pg[1], NULL), 0);
+
+	/* Loads find the pages only under the same seed. */
+	kvl_linker *ld = open_lk(&dst, s, NULL);
+	req d;
+	req_init(&d, pg, 5);
+	req_pool(&d, dst.kv, 8, 0);
+	kvl_completion c = load_sync(ld, 10, &d, &nb, NULL);
+	expect_completion(&c, KVL_REQ_LOAD, KVL_ENOTFOUND, 0, 5);
+	c = load_sync(ld, 11, &d, &na, NULL);
+	expect_completion(&c, KVL_REQ_LOAD, 0, 5, 5);
+	check_req(&dst, &d, 5, N_LAYERS);
+
+	kvl_linker_close(ld);
+	kvl_linker_close(lk);
+	kvl_store_close(s);
+	host_free(&dst);
+	host_free(&src);
+}
+
+/* ------------------------------------------------------ ranks as threads */
+
+typedef struct rank_arg {
+	kvl_linker *lk;
+	const kvl_hash *pages;
+	size_t n;
+	size_t prefix;
+	int rc;
+} rank_arg;
+
+static void *rank_main(void *p)
+{
+	rank_arg *a = p;
+	a->rc = kvl_linker_lookup(a->lk, a->pages, a->n, NULL, NULL,
+	                          &a->prefix);
+	return NULL;
+}
+
+/* Every rank looks up pg[n] at once; each must get `want`. */
+static void ranks_lookup(kvl_linker **lks, unsigned n_ranks,
+                         const kvl_hash *pg, size_t n, size_t want)
+{
+	pthread_t t[8];
+	rank_arg a[8];
+	for (unsigned r = 0; r < n_ranks; r++) {
+		a[r] = (rank_arg){.lk = lks[r], .pages = pg, .n = n,
+		                  .prefix = 999, .rc = -100};
+		assert_int_equal(pthread_create(&t[r], NULL, rank_main, &a[r]),
+		                 0);
+	}
+	for (unsigned r = 0; r < n_ranks; r++)
+		assert_int_equal(pthread_join(t[r], NULL), 0);
+	for (unsigned r = 0; r < n_ranks; r++) {
+		if (a[r].rc || a[r].prefix != want)
+			print_error("rank %u of %u: rc %s prefix %zu, want "
+			            "%zu\n",
+			            r, n_ranks, kvl_err_name(a[r].rc),
+			            a[r].prefix, want);
+		assert_int_equal(a[r].rc, KVL_OK);
+		assert_int_equal(a[r].prefix, want);
+	}
+}
+
+static void run_ranks(unsigned n_ranks)
+{
+	host h[8];
+	kvl_linker *lks[8];
+	kvl_store *s = open_ok(STORE_URI);
+	kvl_rank_group *g = NULL;
+	assert_int_equal(kvl_rank_group_create(n_ranks, 10000, &g), KVL_OK);
+	kvl_hash pg[8];
+	make_pages(pg, 8, 5);
+	for (unsigned r = 0; r < n_ranks; r++) {
+		hcfg cfg = {.mla = 1,
+		            .shard = {r, n_ranks, 0, 1, 0, 1}};
+		host_init(&h[r], &cfg);
+		kvl_linker_opts o = {.struct_size = sizeof o};
+		o.allreduce = kvl_rank_group_allreduce;
+		o.allreduce_user = g;
+		lks[r] = open_lk(&h[r], s, &o);
+	}
+	/* Every rank offloads its shard of pages 0..7. */
+	for (unsigned r = 0; r < n_ranks; r++) {
+		req q;
+		req_init(&q, pg, 8);
+		req_pool(&q, h[r].kv, 0, 0);
+		req_pool(&q, h[r].mla, 0, 0);
+		fill_req(&h[r], &q);
+		kvl_completion c = offload_sync(lks[r], 100 + r, &q, NULL);
+		expect_completion(&c, KVL_REQ_OFFLOAD, 0, 8, 8);
+	}
+	ranks_lookup(lks, n_ranks, pg, 8, 8);
+	/* The last rank lacks page 5 of its kv shard: everyone gets 5. */
+	remove_page(s, &h[n_ranks - 1], h[n_ranks - 1].kv, &pg[5], NULL);
+	ranks_lookup(lks, n_ranks, pg, 8, 5);
+	/* Rank 1 lacks page 3: everyone gets 3. */
+	remove_page(s, &h[1], h[1].kv, &pg[3], NULL);
+	ranks_lookup(lks, n_ranks, pg, 8, 3);
+	/* The replicated pool is shared: without its page 1 → 1. */
+	remove_page(s, &h[0], h[0].mla, &pg[1], NULL);
+	ranks_lookup(lks, n_ranks, pg, 8, 1);
+
+	for (unsigned r = 0; r < n_ranks; r++) {
+		kvl_linker_close(lks[r]);
+		host_free(&h[r]);
+	}
+	kvl_rank_group_free(g);
+	kvl_store_close(s);
+}
+
+static void test_lookup_ranks(void **state)
+{
+	(void)state;
+	run_ranks(2);
+	run_ranks(4);
+
+	/* A rank whose peer never comes: the all-reduce's error is the
+	 * lookup's, and the broken group keeps failing (ESTATE). */
+	host h;
+	host_init(&h, NULL);
+	kvl_store *s = open_ok(STORE_URI);
+	kvl_rank_group *g = NULL;
+	assert_int_equal(kvl_rank_group_create(2, 100, &g), KVL_OK);
+	kvl_linker_opts o = {.struct_size = sizeof o};
+	o.allreduce = kvl_rank_group_allreduce;
+	o.allreduce_user = g;
+	kvl_linker *lk = open_lk(&h, s, &o);
+	kvl_hash pg[2];
+	make_pages(pg, 2, 25);
+	size_t prefix = 99;
+	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 2, NULL, NULL, &prefix),
+	          KVL_ETIMEDOUT);
+	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "all-reduce");
+	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 2, NULL, NULL, &prefix),
+	          KVL_ESTATE);
+	kvl_linker_close(lk);
+	kvl_rank_group_free(g);
+	kvl_store_close(s);
+	host_free(&h);
+}
+
+/* One rank's store is down during a lookup across 2 ranks: that rank gets
+ * its error, the other gets prefix 0, and nobody waits for the group's
+ * timeout. */
+static void test_lookup_rank_down(void **state)
+{
+	(void)state;
+	NEED_FAULT_STORE();
+	kvl_rank_group *g = NULL;
+	assert_int_equal(kvl_rank_group_create(2, 10000, &g), KVL_OK);
+	host h[2];
+	kvl_store *s[2];
+	kvl_linker *lks[2];
+	kvl_hash pg[4];
+	make_pages(pg, 4, 21);
+	for (unsigned r = 0; r < 2; r++) {
+		hcfg cfg = {.shard = {r, 2, 0, 1, 0, 1}};
+		host_init(&h[r], &cfg);
+		s[r] = open_ok(store_uri("fault+", NULL));
+		kvl_linker_opts o = {.struct_size = sizeof o};
+		o.allreduce = kvl_rank_group_allreduce;
+		o.allreduce_user = g;
+		lks[r] = open_lk(&h[r], s[r], &o);
+		req q;
+		req_init(&q, pg, 4);
+		req_pool(&q, h[r].kv, 0, 0);
+		fill_req(&h[r], &q);
+		kvl_completion c = offload_sync(lks[r], 1, &q, NULL);
+		expect_completion(&c, KVL_REQ_OFFLOAD, 0, 4, 4);
+	}
+	ranks_lookup(lks, 2, pg, 4, 4);
+	fault_down(s[1], 1);
+	pthread_t t[2];
+	rank_arg a[2];
+	uint64_t t0 = now_ms();
+	for (unsigned r = 0; r < 2; r++) {
+		a[r] = (rank_arg){.lk = lks[r], .pages = pg, .n = 4,
+		                  .prefix = 999, .rc = -100};
+		assert_int_equal(pthread_create(&t[r], NULL, rank_main, &a[r]),
+		                 0);
+	}
+	for (unsigned r = 0; r < 2; r++)
+		assert_int_equal(pthread_join(t[r], NULL), 0);
+	assert_true(now_ms() - t0 < 5000);
+	assert_int_equal(a[0].rc, KVL_OK);
+	assert_int_equal(a[0].prefix, 0);
+	assert_int_equal(a[1].rc, KVL_EIO);
+	/* The group is still in step. */
+	fault_down(s[1], 0);
+	ranks_lookup(lks, 2, pg, 4, 4);
+	for (unsigned r = 0; r < 2; r++) {
+		kvl_linker_close(lks[r]);
+		kvl_store_close(s[r]);
+		host_free(&h[r]);
+	}
+	kvl_rank_group_free(g);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_lookup_basic, next_test),
+		cmocka_unit_test_setup(test_lookup_trailing, next_test),
+		cmocka_unit_test_setup(test_lookup_namespace, next_test),
+		cmocka_unit_test_setup(test_lookup_ranks, next_test),
+		cmocka_unit_test_setup(test_lookup_rank_down, next_test),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
