@@ -454,8 +454,8 @@ static void op_offload(run *r, uint64_t *rs)
 			                        : chain * CHAIN_PAGES + i;
 		sp[p] = q->slot[p];
 	}
-	int rc = kvl_linker_offload(r->lk[li], id, r->pages[chain], n,
-	                            r->use_ns ? &r->ns[chain] : NULL, sp);
+	int rc = kvl_linker_offload(r->lk[li], id, r->pages[chain], n, sp,
+	                            NULL);
 	EXPECT_ONE_OF(r, "offload", rc, 0, KVL_EFULL, KVL_ECLOSED);
 	if (rc == KVL_ECLOSED && !is_shut(r, li))
 		fail(r, "offload: ECLOSED on a linker not shut down");
@@ -492,8 +492,7 @@ static void op_load(run *r, uint64_t *rs, int start_too)
 			                        : SRC_SLOTS + base + i;
 		sp[p] = q->slot[p];
 	}
-	int rc = kvl_linker_load(r->lk[li], id, r->pages[chain], n,
-	                         r->use_ns ? &r->ns[chain] : NULL, sp);
+	int rc = kvl_linker_load(r->lk[li], id, r->pages[chain], n, sp);
 	EXPECT_ONE_OF(r, "load", rc, 0, KVL_EFULL, KVL_ECLOSED);
 	if (rc == KVL_ECLOSED && !is_shut(r, li))
 		fail(r, "load: ECLOSED on a linker not shut down");
@@ -534,8 +533,7 @@ static void op_lookup(run *r, uint64_t *rs)
 	unsigned chain = rand_below(rs, CHAINS);
 	unsigned n = 1 + rand_below(rs, CHAIN_PAGES);
 	size_t prefix = 999;
-	int rc = kvl_linker_lookup(r->lk[li], r->pages[chain], n,
-	                           r->use_ns ? &r->ns[chain] : NULL, NULL,
+	int rc = kvl_linker_lookup(r->lk[li], r->pages[chain], n, NULL,
 	                           &prefix);
 	atomic_fetch_add(&r->lookups, 1);
 	EXPECT_ONE_OF(r, "lookup", rc, 0, KVL_EIO);
@@ -576,7 +574,7 @@ static void op_stats(run *r, uint64_t *rs)
 	int li = (int)rand_below(rs, (unsigned)r->n_linkers);
 	char buf[8192];
 	size_t need = 0;
-	int rc = kvl_linker_stats(r->lk[li], rand_below(rs, 2) ? KVL_STATS_JSON
+	int rc = kvl_linker_stats_render(r->lk[li], rand_below(rs, 2) ? KVL_STATS_JSON
 	                                                     : KVL_STATS_PROMETHEUS,
 	                          buf, sizeof buf, &need);
 	EXPECT_ONE_OF(r, "stats", rc, 0, KVL_ERANGE);
@@ -709,12 +707,14 @@ static int run_one(uint64_t seed, const char *inner, uint64_t *totals)
 
 	engine_build(r);
 	int rc = 0;
-	/* Pages: four chains of eight, each chain its own prompt. */
+	/* Pages: four chains of eight, each chain its own prompt, hashed in
+	 * a tenant's namespace of its own when the run uses them. */
 	for (unsigned c = 0; c < CHAINS; c++) {
-		hash_chain(r->pages[c], CHAIN_PAGES, seed * 7 + c * 1000003, 16);
 		char salt[32];
 		snprintf(salt, sizeof salt, "tenant-%u", c);
 		r->ns[c] = ns_seed(salt);
+		hash_chain(r->pages[c], CHAIN_PAGES, seed * 7 + c * 1000003, 16,
+		           r->use_ns ? &r->ns[c] : NULL);
 		for (unsigned i = 0; i < CHAIN_PAGES; i++)
 			for (int p = 0; p < r->eng.n_pools; p++)
 				fill_slot(r, p, c * CHAIN_PAGES + i,
@@ -753,7 +753,7 @@ static int run_one(uint64_t seed, const char *inner, uint64_t *totals)
 		kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
 		o.io_batch = r->io_batch;
 		o.max_requests = r->max_requests;
-		if ((rc = kvl_linker_open(r->eng.l, r->st, &o, &r->lk[i], err,
+		if ((rc = kvl_linker_open(r->st, r->eng.l, &o, &r->lk[i], err,
 		                          sizeof err))) {
 			fail(r, "linker_open: %s", err);
 			goto out;

@@ -115,7 +115,7 @@ static kvl_linker *linker(eng *e, kvl_store *s, const kvl_linker_opts *o)
 {
 	kvl_linker *lk = NULL;
 	char err[256] = "";
-	ASSERT_RC(err, kvl_linker_open(e->l, s, o, &lk, err, sizeof err),
+	ASSERT_RC(err, kvl_linker_open(s, e->l, o, &lk, err, sizeof err),
 	          KVL_OK);
 	return lk;
 }
@@ -169,7 +169,7 @@ static int load_one(kvl_linker *lk, const kvl_hash *h, int *status)
 {
 	size_t slot = 1;
 	const size_t *sp[1] = {&slot};
-	ASSERT_CODE(kvl_linker_load(lk, 7, h, 1, NULL, sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_load(lk, 7, h, 1, sp), KVL_OK);
 	uint64_t b;
 	ASSERT_CODE(kvl_linker_start(lk, &b), KVL_OK);
 	int rc = kvl_linker_wait(lk, b, N_LAYERS - 1, 5000);
@@ -525,7 +525,7 @@ static int query(int what)
 	                                    pieces, 1, &a);
 		break;
 	case 6: rc = kvl_layout_key(e.l, e.kv, &h, key, sizeof key); break;
-	case 7: rc = kvl_layout_fingerprint(e.l, 9, hex); break;
+	case 7: rc = kvl_layout_fingerprint(e.l, 9, hex, sizeof hex); break;
 	case 8: rc = kvl_layout_object_size(e.l, 9, &a, &b); break;
 	case 9: rc = kvl_layout_key(e.l, e.kv, NULL, key, sizeof key); break;
 	}
@@ -552,7 +552,7 @@ static int restorable(kvl_policy pol, size_t n_words, int null_present)
 	uint8_t present[4] = {1, 1, 1, 1};
 	const uint8_t *pp[1] = {present};
 	uint64_t bits[2];
-	return kvl_restorable_set(4, 1, &pol, null_present ? NULL : pp, bits,
+	return kvl_restorable_set( &pol, null_present ? NULL : pp, 1,4, bits,
 	                          n_words);
 }
 
@@ -805,7 +805,7 @@ static int r_store_counts_null(void)
 	const char *k[1] = {"a"};
 	char b[4];
 	kvl_range r = {0, b, 4};
-	int64_t got[1];
+	int got[1];
 	int rc = kvl_store_get(s, k, 1, &r, NULL, got);
 	note(rc, kvl_store_errmsg(s));
 	kvl_store_close(s);
@@ -830,11 +830,11 @@ static int r_store_range_addr(void)
 	const char *k[1] = {"a"};
 	kvl_range r = {0, NULL, 4};
 	size_t n[1] = {1};
-	int64_t got[1] = {-100};
+	int got[1] = {-100};
 	ASSERT_CODE(kvl_store_get(s, k, 1, &r, n, got), KVL_OK);
-	note((int)got[0], kvl_store_errmsg(s));
+	note(got[0], kvl_store_errmsg(s));
 	kvl_store_close(s);
-	return (int)got[0];
+	return got[0];
 }
 
 /* Puts "a" = 16 bytes into s, then (after `then` changed s, when given)
@@ -853,11 +853,11 @@ static int get_range_then(kvl_store *s, const char *key, uint64_t off,
 		fault_set(s, then);
 	const char *k2[1] = {key};
 	kvl_range r = {off, b, len};
-	int64_t got[1] = {-100};
+	int got[1] = {-100};
 	int rc = kvl_store_get(s, k2, 1, &r, &one, got);
 	if (rc)
 		return note(rc, kvl_store_errmsg(s));
-	return note((int)got[0], kvl_store_errmsg(s));
+	return note(got[0], kvl_store_errmsg(s));
 }
 
 static int get_range(kvl_store *s, const char *key, uint64_t off, size_t len)
@@ -1039,10 +1039,10 @@ static void copy_object(kvl_store *s, eng *e, int which_page, size_t cut,
 	const char *k[1] = {key}, *k1[1] = {key1};
 	kvl_range r = {0, obj, size};
 	size_t one = 1;
-	int64_t got;
+	int got;
 	ASSERT_TRUE(obj != NULL);
 	ASSERT_CODE(kvl_store_get(from, k, 1, &r, &one, &got), KVL_OK);
-	ASSERT_EQ(got, (int64_t)size);
+	ASSERT_CODE(got, 0);
 	kvl_iov pc = {obj, size - cut};
 	int res;
 	ASSERT_CODE(kvl_store_put(s, k1, 1, &pc, &one, &res), KVL_OK);
@@ -1139,7 +1139,7 @@ static int r_pages_pool(void)
 	kvl_store *s = open_ok("mem:");
 	kvl_hash h = page_n(1);
 	int res = -100;
-	int rc = kvl_pages_exist(s, e.l, 5, &h, 1, &res);
+	int rc = kvl_pages_exists(s, e.l, 5, &h, 1, &res);
 	note(rc, kvl_store_errmsg(s));
 	kvl_store_close(s);
 	eng_free(&e);
@@ -1161,7 +1161,7 @@ static int open_lk(eng *e, int finalize, const kvl_linker_opts *o)
 		kvl_layout_add_pool(raw, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv);
 		l = raw;
 	}
-	int rc = kvl_linker_open(l, s, o, &lk, err, sizeof err);
+	int rc = kvl_linker_open(s, l, o, &lk, err, sizeof err);
 	note(rc, err);
 	kvl_linker_close(lk);
 	kvl_layout_free(raw);
@@ -1214,7 +1214,7 @@ static int r_linker_cuda(void)
 	kvl_store *s = open_ok("mem:");
 	kvl_linker *lk = NULL;
 	char err[256] = "";
-	int rc = kvl_linker_open(l, s, NULL, &lk, err, sizeof err);
+	int rc = kvl_linker_open(s, l, NULL, &lk, err, sizeof err);
 	note(rc, err);
 	kvl_linker_close(lk);
 	kvl_store_close(s);
@@ -1257,7 +1257,7 @@ static int r_lookup_prefix_null(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	return lks_close(&x, kvl_linker_lookup(x.lk, x.pages, 4, NULL, NULL,
+	return lks_close(&x, kvl_linker_lookup(x.lk, x.pages, 4, NULL,
 	                                       NULL));
 }
 
@@ -1268,7 +1268,7 @@ static int r_lookup_too_many(void)
 	lks x;
 	lks_open(&x, "mem:", &o);
 	size_t p;
-	return lks_close(&x, kvl_linker_lookup(x.lk, x.pages, 4, NULL, NULL,
+	return lks_close(&x, kvl_linker_lookup(x.lk, x.pages, 4, NULL,
 	                                       &p));
 }
 
@@ -1279,7 +1279,7 @@ static int r_lookup_no_page(void)
 	uint8_t none[4] = {0};
 	const uint8_t *pp[1] = {none};
 	size_t p;
-	return lks_close(&x, kvl_linker_lookup(x.lk, x.pages, 4, NULL, pp,
+	return lks_close(&x, kvl_linker_lookup(x.lk, x.pages, 4, pp,
 	                                       &p));
 }
 
@@ -1288,7 +1288,7 @@ static int r_lookup_down(void)
 	lks x;
 	lks_open(&x, "fault+mem:?fault.down=1", NULL);
 	size_t p = 99;
-	int rc = kvl_linker_lookup(x.lk, x.pages, 4, NULL, NULL, &p);
+	int rc = kvl_linker_lookup(x.lk, x.pages, 4, NULL, &p);
 	return lks_close(&x, p == 0 ? rc : -999);
 }
 
@@ -1307,7 +1307,7 @@ static int r_lookup_allreduce(void)
 	lks x;
 	lks_open(&x, "mem:", &o);
 	size_t p = 99;
-	int rc = kvl_linker_lookup(x.lk, x.pages, 4, NULL, NULL, &p);
+	int rc = kvl_linker_lookup(x.lk, x.pages, 4, NULL, &p);
 	return lks_close(&x, p == 0 ? rc : -999);
 }
 
@@ -1315,14 +1315,14 @@ static int r_load_no_pages(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 0, NULL, x.sp));
+	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 0, x.sp));
 }
 
 static int r_load_slots_null(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, NULL, NULL));
+	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, NULL));
 }
 
 static int r_load_slot_range(void)
@@ -1330,7 +1330,7 @@ static int r_load_slot_range(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	x.slots[2] = NP;
-	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp));
+	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, x.sp));
 }
 
 static int r_load_no_slot(void)
@@ -1339,7 +1339,7 @@ static int r_load_no_slot(void)
 	lks_open(&x, "mem:", NULL);
 	for (int i = 0; i < 4; i++)
 		x.slots[i] = KVL_NO_SLOT;
-	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp));
+	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, x.sp));
 }
 
 static int r_load_too_many(void)
@@ -1348,15 +1348,15 @@ static int r_load_too_many(void)
 	o.max_request_pages = 2;
 	lks x;
 	lks_open(&x, "mem:", &o);
-	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp));
+	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, x.sp));
 }
 
 static int r_load_dup(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp), KVL_OK);
-	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp));
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 4, x.sp), KVL_OK);
+	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, x.sp));
 }
 
 static int r_load_full(void)
@@ -1365,8 +1365,8 @@ static int r_load_full(void)
 	o.max_requests = 1;
 	lks x;
 	lks_open(&x, "mem:", &o);
-	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp), KVL_OK);
-	return lks_close(&x, kvl_linker_load(x.lk, 2, x.pages, 4, NULL, x.sp));
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 4, x.sp), KVL_OK);
+	return lks_close(&x, kvl_linker_load(x.lk, 2, x.pages, 4, x.sp));
 }
 
 static int r_load_closed(void)
@@ -1374,7 +1374,7 @@ static int r_load_closed(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	kvl_linker_shutdown(x.lk);
-	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, NULL, x.sp));
+	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, x.sp));
 }
 
 static int r_cancel_unknown(void)
@@ -1409,7 +1409,7 @@ static int r_start_full(void)
 	lks_open(&x, "fault+mem:", NULL);
 	put_page(x.s, &x.e, &x.pages[0]);
 	fault_set(x.s, set_slow);
-	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, x.sp), KVL_OK);
 	uint64_t b;
 	int rc = 0;
 	for (int i = 0; i <= KVL_LINKER_MAX_BATCHES && rc == 0; i++)
@@ -1452,7 +1452,7 @@ static int r_wait_timeout(void)
 	lks_open(&x, "fault+mem:", NULL);
 	put_page(x.s, &x.e, &x.pages[0]);
 	fault_set(x.s, set_slow);
-	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, x.sp), KVL_OK);
 	uint64_t b;
 	ASSERT_CODE(kvl_linker_start(x.lk, &b), KVL_OK);
 	return lks_close(&x, kvl_linker_wait(x.lk, b, 0, 20));
@@ -1507,7 +1507,7 @@ static int r_wait_shutdown(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, NULL, x.sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 1, x.sp), KVL_OK);
 	uint64_t b;
 	ASSERT_CODE(kvl_linker_start(x.lk, &b), KVL_OK);
 	kvl_linker_shutdown(x.lk);
@@ -1518,7 +1518,7 @@ static int r_wait_shutdown(void)
 	lks_open(&y, "fault+mem:", NULL);
 	put_page(y.s, &y.e, &y.pages[0]);
 	fault_set(y.s, set_slow);
-	ASSERT_CODE(kvl_linker_load(y.lk, 1, y.pages, 1, NULL, y.sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_load(y.lk, 1, y.pages, 1, y.sp), KVL_OK);
 	ASSERT_CODE(kvl_linker_start(y.lk, &b), KVL_OK);
 	kvl_linker_shutdown(y.lk);
 	int rc = kvl_linker_wait(y.lk, b, N_LAYERS - 1, 5000);
@@ -1531,7 +1531,7 @@ static int r_done_canceled(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	int co = -1;
-	ASSERT_CODE(kvl_linker_load(x.lk, 3, x.pages, 4, NULL, x.sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_load(x.lk, 3, x.pages, 4, x.sp), KVL_OK);
 	ASSERT_CODE(kvl_linker_cancel(x.lk, 3, &co), KVL_OK);
 	ASSERT_EQ(co, 1);
 	return done(lks_close(&x, completion_of(x.lk, 3, NULL)));
@@ -1541,7 +1541,7 @@ static int r_done_shutdown(void)
 {
 	lks x;
 	lks_open(&x, "mem:", NULL);
-	ASSERT_CODE(kvl_linker_load(x.lk, 3, x.pages, 4, NULL, x.sp), KVL_OK);
+	ASSERT_CODE(kvl_linker_load(x.lk, 3, x.pages, 4, x.sp), KVL_OK);
 	kvl_linker_shutdown(x.lk);
 	return done(lks_close(&x, completion_of(x.lk, 3, NULL)));
 }
@@ -1551,10 +1551,10 @@ static int r_offload_dup(void)
 	lks x;
 	lks_open(&x, "fault+mem:", NULL);
 	fault_set(x.s, set_slow);
-	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp),
+	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, x.sp, NULL),
 	            KVL_OK);
-	return lks_close(&x, kvl_linker_offload(x.lk, 1, x.pages, 4, NULL,
-	                                        x.sp));
+	return lks_close(&x, kvl_linker_offload(x.lk, 1, x.pages, 4,
+	                                        x.sp, NULL));
 }
 
 static int r_offload_full(void)
@@ -1563,10 +1563,10 @@ static int r_offload_full(void)
 	o.max_requests = 1;
 	lks x;
 	lks_open(&x, "mem:", &o);
-	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp),
+	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, x.sp, NULL),
 	            KVL_OK);
-	return lks_close(&x, kvl_linker_offload(x.lk, 2, x.pages, 4, NULL,
-	                                        x.sp));
+	return lks_close(&x, kvl_linker_offload(x.lk, 2, x.pages, 4,
+	                                        x.sp, NULL));
 }
 
 static int r_offload_closed(void)
@@ -1574,8 +1574,8 @@ static int r_offload_closed(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	kvl_linker_shutdown(x.lk);
-	return lks_close(&x, kvl_linker_offload(x.lk, 1, x.pages, 4, NULL,
-	                                        x.sp));
+	return lks_close(&x, kvl_linker_offload(x.lk, 1, x.pages, 4,
+	                                        x.sp, NULL));
 }
 
 static int r_offload_event(void)
@@ -1586,15 +1586,14 @@ static int r_offload_event(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	int ev = 0;
-	return lks_close(&x, kvl_linker_offload_after(x.lk, 1, x.pages, 4,
-	                                              NULL, x.sp, &ev));
+	return lks_close(&x, kvl_linker_offload(x.lk, 1, x.pages, 4, x.sp, &ev));
 }
 
 static int r_done_offload_down(void)
 {
 	lks x;
 	lks_open(&x, "fault+mem:?fault.down=1", NULL);
-	ASSERT_CODE(kvl_linker_offload(x.lk, 5, x.pages, 4, NULL, x.sp),
+	ASSERT_CODE(kvl_linker_offload(x.lk, 5, x.pages, 4, x.sp, NULL),
 	            KVL_OK);
 	return done(lks_close(&x, completion_of(x.lk, 5, NULL)));
 }
@@ -1603,7 +1602,7 @@ static int r_done_offload_big(void)
 {
 	lks x;
 	lks_open(&x, "mem:?capacity=200", NULL);
-	ASSERT_CODE(kvl_linker_offload(x.lk, 5, x.pages, 4, NULL, x.sp),
+	ASSERT_CODE(kvl_linker_offload(x.lk, 5, x.pages, 4, x.sp, NULL),
 	            KVL_OK);
 	return done(lks_close(&x, completion_of(x.lk, 5, NULL)));
 }
@@ -1613,7 +1612,7 @@ static int r_flush_timeout(void)
 	lks x;
 	lks_open(&x, "fault+mem:", NULL);
 	fault_set(x.s, set_slow);
-	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, NULL, x.sp),
+	ASSERT_CODE(kvl_linker_offload(x.lk, 1, x.pages, 4, x.sp, NULL),
 	            KVL_OK);
 	return lks_close(&x, kvl_linker_flush(x.lk, 20));
 }
@@ -1630,7 +1629,7 @@ static int r_stats_format(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	char b[64];
-	return lks_close(&x, kvl_linker_stats(x.lk, (kvl_stats_format)9, b,
+	return lks_close(&x, kvl_linker_stats_render(x.lk, (kvl_stats_format)9, b,
 	                                      sizeof b, NULL));
 }
 
@@ -1639,7 +1638,7 @@ static int r_stats_small(void)
 	lks x;
 	lks_open(&x, "mem:", NULL);
 	char b[8];
-	return lks_close(&x, kvl_linker_stats(x.lk, KVL_STATS_JSON, b,
+	return lks_close(&x, kvl_linker_stats_render(x.lk, KVL_STATS_JSON, b,
 	                                      sizeof b, NULL));
 }
 

@@ -181,7 +181,7 @@ static kvl_completion load_all(kvl_linker *lk, uint64_t id,
 	cudaDeviceSynchronize();
 	const size_t *dl[1] = {dst};
 	kvl_completion c;
-	int rc = kvl_linker_load(lk, id, pages, PAGES, NULL, dl);
+	int rc = kvl_linker_load(lk, id, pages, PAGES, dl);
 	EXPECT_RC(lk, rc, 0);
 	uint64_t batch;
 	rc = kvl_linker_start(lk, &batch);
@@ -206,7 +206,7 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	kvl_linker_opts o = {.struct_size = sizeof o, .io_batch = io_batch};
 	int rc = kvl_store_open(uri, &st, err, sizeof err);
 	EXPECT_CODE_MSG(rc, 0, "%s: %s", uri, err);
-	rc = kvl_linker_open(l, st, &o, &lk, err, sizeof err);
+	rc = kvl_linker_open(st, l, &o, &lk, err, sizeof err);
 	EXPECT_CODE_MSG(rc, 0, "%s, io_batch %u: linker: %s", uri, io_batch,
 	                err);
 	if (!lk) {
@@ -221,7 +221,7 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
 	const size_t *sl[1] = {src};
 	kvl_completion c;
-	EXPECT_RC(lk, kvl_linker_offload(lk, 1, pages, PAGES, NULL, sl), 0);
+	EXPECT_RC(lk, kvl_linker_offload(lk, 1, pages, PAGES, sl, NULL), 0);
 	collect(lk, 1, &c);
 	EXPECT_CODE_MSG(c.status, 0, "%s: offload: %zu valid", uri,
 	                c.valid_pages);
@@ -263,14 +263,14 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	snprintf(curi, sizeof curi, "%s&fault.corrupt=0.5&fault.seed=3", uri);
 	rc = kvl_store_open(curi, &st, err, sizeof err);
 	EXPECT_CODE_MSG(rc, 0, "%s: %s", curi, err);
-	rc = kvl_linker_open(l, st, &o, &lk, err, sizeof err);
+	rc = kvl_linker_open(st, l, &o, &lk, err, sizeof err);
 	EXPECT_CODE_MSG(rc, 0, "%s: linker: %s", curi, err);
 	if (lk) {
 		for (size_t i = 0; i < PAGES; i++)
 			fill_slot(i, src[i]);
 		cudaMemcpy(dev_pool, host, pool_bytes,
 		           cudaMemcpyHostToDevice);
-		EXPECT_RC(lk, kvl_linker_offload(lk, 4, pages, PAGES, NULL, sl),
+		EXPECT_RC(lk, kvl_linker_offload(lk, 4, pages, PAGES, sl, NULL),
 		          0);
 		collect(lk, 4, &c);
 		c = load_all(lk, 5, pages, dst, s);
@@ -314,7 +314,7 @@ int main(void)
 	int rc = kvl_store_open("mem:?capacity=256MiB", &st, err, sizeof err);
 	EXPECT_RC(err, rc, 0);
 	kvl_linker *lk = NULL;
-	rc = kvl_linker_open(l, st, NULL, &lk, err, sizeof err);
+	rc = kvl_linker_open(st, l, NULL, &lk, err, sizeof err);
 	EXPECT_RC(err, rc, 0);
 	if (!lk)
 		return 1;
@@ -330,7 +330,7 @@ int main(void)
 	cudaMemcpyAsync(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice, s);
 	cudaEventRecord(ev, s);
 	const size_t *sl[1] = {src};
-	rc = kvl_linker_offload_after(lk, 1, pages, PAGES, NULL, sl, ev);
+	rc = kvl_linker_offload(lk, 1, pages, PAGES, sl, ev);
 	EXPECT_RC(lk, rc, 0);
 	kvl_completion c;
 	collect(lk, 1, &c);
@@ -339,7 +339,7 @@ int main(void)
 	              kvl_err_name(c.status));
 
 	size_t hit = 0;
-	rc = kvl_linker_lookup(lk, pages, PAGES, NULL, NULL, &hit);
+	rc = kvl_linker_lookup(lk, pages, PAGES, NULL, &hit);
 	EXPECT_RC(lk, rc, 0);
 	EXPECT_EQ_MSG(hit, PAGES, "lookup: %s", kvl_err_name(rc));
 
@@ -348,7 +348,7 @@ int main(void)
 	cudaMemset(dev_pool, 0, pool_bytes);
 	cudaDeviceSynchronize();
 	const size_t *dl[1] = {dst};
-	rc = kvl_linker_load(lk, 2, pages, PAGES, NULL, dl);
+	rc = kvl_linker_load(lk, 2, pages, PAGES, dl);
 	EXPECT_RC(lk, rc, 0);
 	uint64_t batch;
 	rc = kvl_linker_start(lk, &batch);
@@ -378,7 +378,7 @@ int main(void)
 	const char *kp = key;
 	int res;
 	kvl_store_remove(st, &kp, 1, &res);
-	rc = kvl_linker_load(lk, 3, pages, PAGES, NULL, dl);
+	rc = kvl_linker_load(lk, 3, pages, PAGES, dl);
 	EXPECT_RC(lk, rc, 0);
 	kvl_linker_start(lk, &batch);
 	rc = kvl_linker_wait(lk, batch, LAYERS - 1, 10000);
@@ -396,12 +396,12 @@ int main(void)
 		rc = kvl_store_open("mem:?capacity=256MiB&verify=1", &vst, err,
 		                    sizeof err);
 		EXPECT_CODE_MSG(rc, 0, "verify store: %s", err);
-		rc = kvl_linker_open(l, vst, NULL, &vlk, err, sizeof err);
+		rc = kvl_linker_open(vst, l, NULL, &vlk, err, sizeof err);
 		EXPECT_CODE_MSG(rc, 0, "verify linker: %s", err);
 		for (size_t i = 0; i < PAGES; i++)
 			fill_slot(i, src[i]);
 		cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
-		rc = kvl_linker_offload(vlk, 4, pages, PAGES, NULL, sl);
+		rc = kvl_linker_offload(vlk, 4, pages, PAGES, sl, NULL);
 		EXPECT_RC(vlk, rc, 0);
 		collect(vlk, 4, &c);
 		EXPECT_CODE_MSG(c.status, 0, "verify offload: %zu valid",
@@ -417,7 +417,7 @@ int main(void)
 		const char *kp3 = k3;
 		kvl_range whole = {0, obj, size};
 		size_t one = 1;
-		int64_t got;
+		int got;
 		kvl_store_get(vst, &kp3, 1, &whole, &one, &got);
 		obj[size - 1] ^= 1;
 		kvl_store_remove(vst, &kp3, 1, &res);
@@ -428,9 +428,9 @@ int main(void)
 		cudaDeviceSynchronize();
 		/* Two requests in one batch read page 3: each fails it, not
 		 * only the first. */
-		rc = kvl_linker_load(vlk, 5, pages, PAGES, NULL, dl);
+		rc = kvl_linker_load(vlk, 5, pages, PAGES, dl);
 		EXPECT_RC(vlk, rc, 0);
-		rc = kvl_linker_load(vlk, 6, pages, 4, NULL, sl);
+		rc = kvl_linker_load(vlk, 6, pages, 4, sl);
 		EXPECT_RC(vlk, rc, 0);
 		kvl_linker_start(vlk, &batch);
 		rc = kvl_linker_wait(vlk, batch, LAYERS - 1, 10000);

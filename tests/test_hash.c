@@ -49,7 +49,7 @@
 static void check_hex(const kvl_hash *h, const char *want)
 {
 	char got[KVL_HASH_HEX_LEN + 1];
-	kvl_hash_to_hex(h, got);
+	kvl_hash_to_hex(h, got, KVL_HASH_HEX_LEN + 1);
 	assert_string_equal(got, want);
 }
 
@@ -267,7 +267,7 @@ static void seed_hex(const char *const *salts, size_t n, char *hex)
 {
 	kvl_hash h;
 	assert_int_equal(kvl_namespace_seed(salts, n, &h), KVL_OK);
-	kvl_hash_to_hex(&h, hex);
+	kvl_hash_to_hex(&h, hex, KVL_HASH_HEX_LEN + 1);
 }
 
 static void test_namespace_seed(void **state)
@@ -342,7 +342,7 @@ static void test_hex_round_trip(void **state)
 	for (int i = 0; i < KVL_HASH_BYTES; i++)
 		h.bytes[i] = (uint8_t)(i * 17 + 3);
 	memset(hex, 'x', sizeof hex);
-	kvl_hash_to_hex(&h, hex);
+	kvl_hash_to_hex(&h, hex, KVL_HASH_HEX_LEN + 1);
 	/* bytes((i * 17 + 3) % 256 for i in range(32)).hex() */
 	assert_string_equal(hex, "031425364758697a8b9cadbecfe0f102"
 	                         "132435465768798a9bacbdcedff00112");
@@ -405,7 +405,7 @@ static void *hash_many(void *arg)
 		if (kvl_hash_pages(tok, 3100, 1500, NULL, out, 2, &n) || n != 2)
 			return (void *)"kvl_hash_pages failed";
 		char hex[KVL_HASH_HEX_LEN + 1];
-		kvl_hash_to_hex(&out[1], hex);
+		kvl_hash_to_hex(&out[1], hex, KVL_HASH_HEX_LEN + 1);
 		if (strcmp(hex, "723a52dbcae6b3946959eadb60fab49d1eec03988ad3d3f45977080d2ea84561"))
 			return (void *)"wrong hash";
 	}

@@ -57,18 +57,18 @@ static void test_load_evicted(void **state)
 	req_pool(&r, src.kv, 0, 0);
 	req_pool(&r, src.swa, 0, 0);
 	fill_req(&src, &r);
-	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 6, 6);
-	assert_int_equal(lookup(ld, pg, 6, NULL, NULL), 6);
+	assert_int_equal(lookup(ld, pg, 6, NULL), 6);
 
 	/* kv page 3 vanishes after the lookup: the batch fails from layer 0
 	 * (kv's first layer); pages 0..2 are valid. */
-	remove_page(s, &src, src.kv, &pg[3], NULL);
+	remove_page(s, &src, src.kv, &pg[3]);
 	req d;
 	req_init(&d, pg, 6);
 	req_pool(&d, dst.kv, 0, 0);
 	int waits[N_LAYERS];
-	kvl_completion c = load_sync(ld, 2, &d, NULL, waits);
+	kvl_completion c = load_sync(ld, 2, &d, waits);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_ENOTFOUND);
 	ASSERT_CONTAINS(kvl_linker_errmsg(ld), "layer 0");
@@ -79,7 +79,7 @@ static void test_load_evicted(void **state)
 	 * and the batch fails from layer 1; pages 0..3 valid. A second
 	 * request of the batch that does not touch it succeeds. */
 	memset(dst.mem, FILL, dst.mem_bytes);
-	remove_page(s, &src, src.swa, &pg[4], NULL);
+	remove_page(s, &src, src.swa, &pg[4]);
 	req e, f;
 	req_init(&e, pg, 3);
 	req_pool(&e, dst.kv, 0, 0);
@@ -87,8 +87,8 @@ static void test_load_evicted(void **state)
 	 * absent → valid 4. */
 	req_init(&f, pg, 6);
 	req_pool(&f, dst.swa, 4, 4);
-	ASSERT_RC(ld, kvl_linker_load(ld, 3, e.pages, 3, NULL, e.sp), KVL_OK);
-	ASSERT_RC(ld, kvl_linker_load(ld, 4, f.pages, 6, NULL, f.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 3, e.pages, 3, e.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 4, f.pages, 6, f.sp), KVL_OK);
 	uint64_t b = 0;
 	ASSERT_RC(ld, kvl_linker_start(ld, &b), KVL_OK);
 	ASSERT_RC(ld, kvl_linker_wait(ld, b, 0, LONG_MS), KVL_OK);
@@ -110,7 +110,7 @@ static void test_load_evicted(void **state)
 	req_init(&g, pg, 6);
 	req_pool(&g, dst.kv, 0, 0);
 	req_pool(&g, dst.swa, 0, 0);
-	c = load_sync(ld, 5, &g, NULL, waits);
+	c = load_sync(ld, 5, &g, waits);
 	assert_int_equal(waits[0], KVL_ENOTFOUND);
 	expect_completion(&c, KVL_REQ_LOAD, KVL_ENOTFOUND, 3, 6);
 	check_req(&dst, &g, 3, N_LAYERS);
@@ -127,7 +127,7 @@ static void plant(kvl_store *s, const host *h, int pool, const kvl_hash *page,
                   const void *data, size_t len)
 {
 	char key[KVL_KEY_MAX];
-	key_of(h, pool, page, NULL, key);
+	key_of(h, pool, page, key);
 	const char *k = key;
 	int res = -100;
 	assert_int_equal(kvl_store_remove(s, &k, 1, &res), KVL_OK);
@@ -146,13 +146,13 @@ static uint8_t *object_of(kvl_store *s, const host *h, int pool,
 	uint8_t *buf = malloc(*len);
 	assert_non_null(buf);
 	char key[KVL_KEY_MAX];
-	key_of(h, pool, page, NULL, key);
+	key_of(h, pool, page, key);
 	const char *k = key;
 	kvl_range rg = {0, buf, *len};
 	size_t one = 1;
-	int64_t got = -100;
+	int got = -100;
 	assert_int_equal(kvl_store_get(s, &k, 1, &rg, &one, &got), KVL_OK);
-	assert_int_equal(got, (int64_t)*len);
+	assert_int_equal(got, 0);
 	return buf;
 }
 
@@ -172,7 +172,7 @@ static void run_corrupt(const char *uri)
 	req_pool(&r, src.kv, 0, 0);
 	req_pool(&r, src.swa, 0, 0);
 	fill_req(&src, &r);
-	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 6, 6);
 	size_t len = 0;
 
@@ -190,7 +190,7 @@ static void run_corrupt(const char *uri)
 	req_init(&d, pg, 6);
 	req_pool(&d, dst.kv, 0, 0);
 	int waits[N_LAYERS];
-	kvl_completion c = load_sync(ld, 2, &d, NULL, waits);
+	kvl_completion c = load_sync(ld, 2, &d, waits);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_ECORRUPT);
 	expect_completion(&c, KVL_REQ_LOAD, KVL_ECORRUPT, 2, 6);
@@ -205,7 +205,7 @@ static void run_corrupt(const char *uri)
 	req e;
 	req_init(&e, pg, 6);
 	req_pool(&e, dst.swa, 0, 4);
-	c = load_sync(ld, 3, &e, NULL, waits);
+	c = load_sync(ld, 3, &e, waits);
 	assert_int_equal(waits[0], KVL_OK);
 	for (uint32_t ly = 1; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_ECORRUPT);
@@ -218,7 +218,7 @@ static void run_corrupt(const char *uri)
 	req t;
 	req_init(&t, pg, 2);
 	req_pool(&t, dst.kv, 10, 0);
-	c = load_sync(ld, 4, &t, NULL, NULL);
+	c = load_sync(ld, 4, &t, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, KVL_ECORRUPT, 1, 2);
 	plant(s, &src, src.kv, &pg[1], obj, len); /* restore it */
 	free(obj);
@@ -238,11 +238,11 @@ static void run_corrupt(const char *uri)
 	req_pool(&f, dst.kv, 0, 0);
 	f.slot[dst.kv][2] = KVL_NO_SLOT; /* skip the garbage page */
 	memset(dst.mem, FILL, dst.mem_bytes);
-	c = load_sync(ld, 5, &f, NULL, waits);
-	if (!s->trusted) {
+	c = load_sync(ld, 5, &f, waits);
+	if (!kvl__store_caps_of(s).trusted) {
 		/* A store that reads whole objects has every layer read,
 		 * and checked, with the first. */
-		int at = s->whole_reads ? 0 : 2;
+		int at = kvl__store_caps_of(s).whole_reads ? 0 : 2;
 		for (int ly = 0; ly < N_LAYERS; ly++)
 			assert_int_equal(waits[ly],
 			                 ly < at ? KVL_OK : KVL_ECORRUPT);
@@ -283,11 +283,11 @@ static void test_load_whole_reads(void **state)
 	host_init(&src, &cfg);
 	host_init(&dst, &cfg);
 	kvl_store *s = open_ok(store_uri("fault+", NULL));
-	if (!s->whole_reads) { /* say it, unless the store under test does */
+	if (!kvl__store_caps_of(s).whole_reads) { /* say it, unless the store under test does */
 		kvl_store_close(s);
 		s = open_ok(store_uri("fault+", "fault.whole_reads=1"));
 	}
-	assert_true(s->whole_reads);
+	assert_true(kvl__store_caps_of(s).whole_reads);
 	kvl_linker *ls = open_lk(&src, s, NULL);
 	kvl_linker *ld = open_lk(&dst, s, NULL);
 	kvl_hash pg[5];
@@ -297,7 +297,7 @@ static void test_load_whole_reads(void **state)
 	req_pool(&r, src.kv, 0, 0);
 	req_pool(&r, src.swa, 0, 0);
 	fill_req(&src, &r);
-	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 5, 5);
 
 	/* kv pages 0..4 (first layer 0), swa pages 3, 4 (first layer 1):
@@ -308,7 +308,7 @@ static void test_load_whole_reads(void **state)
 	req_pool(&d, dst.swa, 0, 3);
 	int waits[N_LAYERS];
 	uint64_t gets = fault_gets(s);
-	kvl_completion c = load_sync(ld, 2, &d, NULL, waits);
+	kvl_completion c = load_sync(ld, 2, &d, waits);
 	assert_int_equal(fault_gets(s) - gets, 2);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_OK);
@@ -318,7 +318,7 @@ static void test_load_whole_reads(void **state)
 	/* The swa read (layer 1) fails: kv's pages 0..2 stay valid. */
 	memset(dst.mem, FILL, dst.mem_bytes);
 	fault_fail_get_in(s, 2);
-	c = load_sync(ld, 3, &d, NULL, waits);
+	c = load_sync(ld, 3, &d, waits);
 	assert_int_equal(waits[0], KVL_OK);
 	for (uint32_t ly = 1; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_EIO);
@@ -327,7 +327,7 @@ static void test_load_whole_reads(void **state)
 
 	/* The kv read fails: nothing is valid. */
 	fault_fail_get_in(s, 1);
-	c = load_sync(ld, 4, &d, NULL, waits);
+	c = load_sync(ld, 4, &d, waits);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_EIO);
 	expect_completion(&c, KVL_REQ_LOAD, KVL_EIO, 0, 5);
@@ -343,7 +343,7 @@ static void test_load_whole_reads(void **state)
 	plant(s, &src, src.kv, &pg[1], obj, len);
 	free(obj);
 	memset(dst.mem, FILL, dst.mem_bytes);
-	c = load_sync(ld, 5, &d, NULL, waits);
+	c = load_sync(ld, 5, &d, waits);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_ECORRUPT);
 	expect_completion(&c, KVL_REQ_LOAD, KVL_ECORRUPT, 1, 5);
@@ -351,15 +351,15 @@ static void test_load_whole_reads(void **state)
 
 	/* swa page 4 evicted: the batch fails from swa's layer 1, valid 4
 	 * once kv page 1 is good again. */
-	remove_page(s, &src, src.kv, &pg[1], NULL);
+	remove_page(s, &src, src.kv, &pg[1]);
 	req one;
 	req_init(&one, pg + 1, 1);
 	req_pool(&one, src.kv, 1, 0);
-	expect_completion((kvl_completion[]){offload_sync(ls, 6, &one, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(ls, 6, &one)},
 	                  KVL_REQ_OFFLOAD, 0, 1, 1);
-	remove_page(s, &src, src.swa, &pg[4], NULL);
+	remove_page(s, &src, src.swa, &pg[4]);
 	memset(dst.mem, FILL, dst.mem_bytes);
-	c = load_sync(ld, 7, &d, NULL, waits);
+	c = load_sync(ld, 7, &d, waits);
 	assert_int_equal(waits[0], KVL_OK);
 	for (uint32_t ly = 1; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_ENOTFOUND);
@@ -384,7 +384,7 @@ static void test_load_store_error(void **state)
 	host_init(&dst, &cfg);
 	kvl_store *s =
 		open_ok(store_uri("fault+", "fault.fail_get_call=3"));
-	if (s->whole_reads) {
+	if (kvl__store_caps_of(s).whole_reads) {
 		printf("[  SKIP    ] one get per layer: this store reads whole "
 		       "objects (test_load_whole_reads covers it)\n");
 		kvl_store_close(s);
@@ -401,9 +401,9 @@ static void test_load_store_error(void **state)
 	req_pool(&r, src.kv, 0, 0);
 	req_pool(&r, src.swa, 0, 0);
 	fill_req(&src, &r);
-	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 5, 5);
-	assert_int_equal(lookup(ld, pg, 5, NULL, NULL), 5);
+	assert_int_equal(lookup(ld, pg, 5, NULL), 5);
 	assert_int_equal(fault_gets(s), 0); /* offload and lookup: no get */
 
 	req d;
@@ -411,7 +411,7 @@ static void test_load_store_error(void **state)
 	req_pool(&d, dst.kv, 0, 0);
 	req_pool(&d, dst.swa, 0, 3);
 	int waits[N_LAYERS];
-	kvl_completion c = load_sync(ld, 2, &d, NULL, waits);
+	kvl_completion c = load_sync(ld, 2, &d, waits);
 	/* One get per layer; none for layer 3: nothing valid is left. */
 	assert_int_equal(fault_gets(s), 3);
 	assert_int_equal(waits[0], KVL_OK);
@@ -424,7 +424,7 @@ static void test_load_store_error(void **state)
 
 	/* Only that call failed: a new batch loads everything. */
 	memset(dst.mem, FILL, dst.mem_bytes);
-	c = load_sync(ld, 3, &d, NULL, waits);
+	c = load_sync(ld, 3, &d, waits);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_OK);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 5, 5);
@@ -433,7 +433,7 @@ static void test_load_store_error(void **state)
 
 	/* The first get of a batch fails: every layer fails. */
 	fault_fail_get_in(s, 1);
-	c = load_sync(ld, 4, &d, NULL, waits);
+	c = load_sync(ld, 4, &d, waits);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_EIO);
 	expect_completion(&c, KVL_REQ_LOAD, KVL_EIO, 0, 5);
@@ -442,7 +442,7 @@ static void test_load_store_error(void **state)
 	 * completes with EIO, a load fails at layer 0; back up, all works. */
 	fault_down(s, 1);
 	size_t prefix = 99;
-	ASSERT_RC(ld, kvl_linker_lookup(ld, pg, 5, NULL, NULL, &prefix),
+	ASSERT_RC(ld, kvl_linker_lookup(ld, pg, 5, NULL, &prefix),
 	          KVL_EIO);
 	ASSERT_CONTAINS(kvl_linker_errmsg(ld), "lookup");
 	kvl_hash p2[2];
@@ -450,9 +450,9 @@ static void test_load_store_error(void **state)
 	req o;
 	req_init(&o, p2, 2);
 	req_pool(&o, src.kv, 8, 0);
-	c = offload_sync(ls, 5, &o, NULL);
+	c = offload_sync(ls, 5, &o);
 	expect_completion(&c, KVL_REQ_OFFLOAD, KVL_EIO, 0, 2);
-	c = load_sync(ld, 6, &d, NULL, waits);
+	c = load_sync(ld, 6, &d, waits);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
 		assert_int_equal(waits[ly], KVL_EIO);
 	expect_completion(&c, KVL_REQ_LOAD, KVL_EIO, 0, 5);
@@ -464,14 +464,14 @@ static void test_load_store_error(void **state)
 	assert_int_equal(kvl__fault_calls(s, NULL, &puts), KVL_OK);
 	fc.fail_put_call = puts + 1;
 	assert_int_equal(kvl__fault_set(s, &fc), KVL_OK);
-	c = offload_sync(ls, 9, &o, NULL);
+	c = offload_sync(ls, 9, &o);
 	expect_completion(&c, KVL_REQ_OFFLOAD, KVL_EIO, 0, 2);
-	assert_int_equal(lookup(ld, pg, 5, NULL, NULL), 5);
-	assert_int_equal(lookup(ld, p2, 2, NULL, NULL), 0);
-	c = offload_sync(ls, 7, &o, NULL);
+	assert_int_equal(lookup(ld, pg, 5, NULL), 5);
+	assert_int_equal(lookup(ld, p2, 2, NULL), 0);
+	c = offload_sync(ls, 7, &o);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 2, 2);
 	memset(dst.mem, FILL, dst.mem_bytes);
-	c = load_sync(ld, 8, &d, NULL, NULL);
+	c = load_sync(ld, 8, &d, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 5, 5);
 	check_req(&dst, &d, 5, N_LAYERS);
 
@@ -503,7 +503,7 @@ static void test_slow_store(void **state)
 	fault_latency(s, 300);
 
 	/* Flush times out while the offload is in the store, then ends. */
-	ASSERT_RC(ls, kvl_linker_offload(ls, 1, r.pages, 3, NULL, r.sp),
+	ASSERT_RC(ls, kvl_linker_offload(ls, 1, r.pages, 3, r.sp, NULL),
 	          KVL_OK);
 	ASSERT_RC(ls, kvl_linker_flush(ls, 10), KVL_ETIMEDOUT);
 	ASSERT_CONTAINS(kvl_linker_errmsg(ls), "flush");
@@ -516,7 +516,7 @@ static void test_slow_store(void **state)
 	req d;
 	req_init(&d, pg, 3);
 	req_pool(&d, dst.kv, 5, 0);
-	ASSERT_RC(ld, kvl_linker_load(ld, 2, d.pages, 3, NULL, d.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 2, d.pages, 3, d.sp), KVL_OK);
 	uint64_t b = 0;
 	ASSERT_RC(ld, kvl_linker_start(ld, &b), KVL_OK);
 	/* Started: cancel no longer withdraws it. */
@@ -543,13 +543,13 @@ static void test_slow_store(void **state)
 	uint64_t first = 0, last = 0;
 	for (int i = 0; i < KVL_LINKER_MAX_BATCHES; i++) {
 		ids[i] = i ? 1000 + (uint64_t)i : 3;
-		ASSERT_RC(ld, kvl_linker_load(ld, ids[i], d.pages, 3, NULL,
+		ASSERT_RC(ld, kvl_linker_load(ld, ids[i], d.pages, 3,
 		                              d.sp),
 		          KVL_OK);
 		ASSERT_RC(ld, kvl_linker_start(ld, i ? &last : &first), KVL_OK);
 	}
 	ids[KVL_LINKER_MAX_BATCHES] = 4;
-	ASSERT_RC(ld, kvl_linker_load(ld, 4, d.pages, 3, NULL, d.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 4, d.pages, 3, d.sp), KVL_OK);
 	ASSERT_RC(ld, kvl_linker_start(ld, &b), KVL_EFULL);
 	ASSERT_CONTAINS(kvl_linker_errmsg(ld), "batches");
 	ASSERT_RC(ld, kvl_linker_wait(ld, last, N_LAYERS - 1, LONG_MS),
@@ -606,7 +606,7 @@ static void test_random_errors(void **state)
 			req_pool(&r, src.swa, 0, 0);
 			fill_req(&src, &r);
 			uint64_t base = (uint64_t)round * 10;
-			kvl_completion c = offload_sync(ls, base + 1, &r, NULL);
+			kvl_completion c = offload_sync(ls, base + 1, &r);
 			assert_int_equal(c.kind, KVL_REQ_OFFLOAD);
 			assert_true(c.valid_pages <= 8);
 			if (c.status == 0)
@@ -623,10 +623,10 @@ static void test_random_errors(void **state)
 			reset_slots(&dst, &d1);
 			reset_slots(&dst, &d2);
 			ASSERT_RC(ld, kvl_linker_load(ld, base + 2, d1.pages,
-			                              8, NULL, d1.sp),
+			                              8, d1.sp),
 			          KVL_OK);
 			ASSERT_RC(ld, kvl_linker_load(ld, base + 3, d2.pages,
-			                              8, NULL, d2.sp),
+			                              8, d2.sp),
 			          KVL_OK);
 			uint64_t b = 0;
 			ASSERT_RC(ld, kvl_linker_start(ld, &b), KVL_OK);

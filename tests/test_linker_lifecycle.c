@@ -49,32 +49,32 @@ static void test_open_errors(void **state)
 	char err[256];
 
 	err[0] = 0;
-	assert_int_equal(kvl_linker_open(NULL, s, NULL, &lk, err, sizeof err),
+	assert_int_equal(kvl_linker_open(s, NULL, NULL, &lk, err, sizeof err),
 	                 KVL_EINVAL);
 	assert_true(strlen(err) > 0);
 	err[0] = 0;
-	assert_int_equal(kvl_linker_open(h.l, NULL, NULL, &lk, err,
+	assert_int_equal(kvl_linker_open(NULL, h.l, NULL, &lk, err,
 	                                 sizeof err),
 	                 KVL_EINVAL);
 	assert_true(strlen(err) > 0);
 	err[0] = 0;
-	assert_int_equal(kvl_linker_open(h.l, s, NULL, NULL, err, sizeof err),
+	assert_int_equal(kvl_linker_open(s, h.l, NULL, NULL, err, sizeof err),
 	                 KVL_EINVAL);
 	assert_true(strlen(err) > 0);
 	err[0] = 0;
-	assert_int_equal(kvl_linker_open(u.l, s, NULL, &lk, err, sizeof err),
+	assert_int_equal(kvl_linker_open(s, u.l, NULL, &lk, err, sizeof err),
 	                 KVL_EINVAL);
 	ASSERT_CONTAINS(err, "finalized");
 
 	kvl_linker_opts o;
 	memset(&o, 0, sizeof o);
 	err[0] = 0;
-	assert_int_equal(kvl_linker_open(h.l, s, &o, &lk, err, sizeof err),
+	assert_int_equal(kvl_linker_open(s, h.l, &o, &lk, err, sizeof err),
 	                 KVL_EINVAL);
 	ASSERT_CONTAINS(err, "struct_size");
 	o.struct_size = sizeof o + 8;
 	err[0] = 0;
-	assert_int_equal(kvl_linker_open(h.l, s, &o, &lk, err, sizeof err),
+	assert_int_equal(kvl_linker_open(s, h.l, &o, &lk, err, sizeof err),
 	                 KVL_EINVAL);
 	ASSERT_CONTAINS(err, "struct_size");
 	/* A pool on a CUDA device in a build without CUDA. */
@@ -83,14 +83,14 @@ static void test_open_errors(void **state)
 		host g;
 		host_init(&g, &cc);
 		err[0] = 0;
-		assert_int_equal(kvl_linker_open(g.l, s, NULL, &lk, err,
+		assert_int_equal(kvl_linker_open(s, g.l, NULL, &lk, err,
 		                                 sizeof err),
 		                 KVL_ENOTSUP);
 		ASSERT_CONTAINS(err, "CUDA");
 		host_free(&g);
 	}
 	/* No message buffer: still fails cleanly. */
-	assert_int_equal(kvl_linker_open(h.l, s, &o, &lk, NULL, 0), KVL_EINVAL);
+	assert_int_equal(kvl_linker_open(s, h.l, &o, &lk, NULL, 0), KVL_EINVAL);
 	assert_ptr_equal(lk, (kvl_linker *)&h);
 
 	/* Defaults: opts NULL, {sizeof o}, and an earlier struct_size. */
@@ -110,9 +110,9 @@ static void test_open_errors(void **state)
 	req_init(&r, pg, 2);
 	req_pool(&r, h.kv, 0, 0);
 	fill_req(&h, &r);
-	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 2, 2);
-	assert_int_equal(lookup(lk, pg, 2, NULL, NULL), 2);
+	assert_int_equal(lookup(lk, pg, 2, NULL), 2);
 	kvl_linker_close(lk);
 
 	kvl_linker_close(NULL);
@@ -141,7 +141,7 @@ static void test_cancel(void **state)
 	req_init(&r, pg, 4);
 	req_pool(&r, src.kv, 0, 0);
 	fill_req(&src, &r);
-	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 4, 4);
 
 	req a, b, c3;
@@ -151,9 +151,9 @@ static void test_cancel(void **state)
 	req_pool(&b, dst.kv, 4, 0);
 	req_init(&c3, pg, 4);
 	req_pool(&c3, dst.kv, 8, 0);
-	ASSERT_RC(ld, kvl_linker_load(ld, 10, a.pages, 4, NULL, a.sp), KVL_OK);
-	ASSERT_RC(ld, kvl_linker_load(ld, 11, b.pages, 4, NULL, b.sp), KVL_OK);
-	ASSERT_RC(ld, kvl_linker_load(ld, 12, c3.pages, 4, NULL, c3.sp),
+	ASSERT_RC(ld, kvl_linker_load(ld, 10, a.pages, 4, a.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 11, b.pages, 4, b.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 12, c3.pages, 4, c3.sp),
 	          KVL_OK);
 	/* Before start: withdrawn (middle and head of the queue). */
 	int co = -1;
@@ -183,11 +183,11 @@ static void test_cancel(void **state)
 	expect_none(ld, 20);
 	/* A canceled id is free again; canceling the tail then loading more
 	 * keeps the queue intact. */
-	ASSERT_RC(ld, kvl_linker_load(ld, 10, a.pages, 4, NULL, a.sp), KVL_OK);
-	ASSERT_RC(ld, kvl_linker_load(ld, 11, b.pages, 4, NULL, b.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 10, a.pages, 4, a.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 11, b.pages, 4, b.sp), KVL_OK);
 	ASSERT_RC(ld, kvl_linker_cancel(ld, 11, &co), KVL_OK);
 	assert_int_equal(co, 1);
-	ASSERT_RC(ld, kvl_linker_load(ld, 13, b.pages, 4, NULL, b.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 13, b.pages, 4, b.sp), KVL_OK);
 	ASSERT_RC(ld, kvl_linker_start(ld, &bt), KVL_OK);
 	ASSERT_RC(ld, kvl_linker_wait(ld, bt, N_LAYERS - 1, LONG_MS), KVL_OK);
 	kvl_completion cc[3];
@@ -201,7 +201,7 @@ static void test_cancel(void **state)
 	/* After start: either still running (canceled_out 0) or already
 	 * done (ENOTFOUND); either way it completes normally, once. (The
 	 * deterministic case is in test_slow_store.) */
-	ASSERT_RC(ld, kvl_linker_load(ld, 14, a.pages, 4, NULL, a.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 14, a.pages, 4, a.sp), KVL_OK);
 	ASSERT_RC(ld, kvl_linker_start(ld, &bt), KVL_OK);
 	co = -1;
 	int rc = kvl_linker_cancel(ld, 14, &co);
@@ -209,7 +209,7 @@ static void test_cancel(void **state)
 	c = collect1(ld, 14);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 4, 4);
 	/* Offloads cannot be canceled as loads. */
-	ASSERT_RC(ls, kvl_linker_offload(ls, 15, r.pages, 4, NULL, r.sp),
+	ASSERT_RC(ls, kvl_linker_offload(ls, 15, r.pages, 4, r.sp, NULL),
 	          KVL_OK);
 	ASSERT_RC(ls, kvl_linker_flush(ls, LONG_MS), KVL_OK);
 	ASSERT_RC(ls, kvl_linker_cancel(ls, 15, &co), KVL_ENOTFOUND);
@@ -241,18 +241,18 @@ static void test_queue_full(void **state)
 
 	uint64_t ids[4] = {1, 2, 3, 4};
 	for (int i = 0; i < 4; i++)
-		ASSERT_RC(lk, kvl_linker_offload(lk, ids[i], r.pages, 2, NULL,
-		                                 r.sp),
+		ASSERT_RC(lk, kvl_linker_offload(lk, ids[i], r.pages, 2,
+		                                 r.sp, NULL),
 		          KVL_OK);
-	ASSERT_RC(lk, kvl_linker_offload(lk, 5, r.pages, 2, NULL, r.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 5, r.pages, 2, r.sp, NULL),
 	          KVL_EFULL);
 	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "max_requests");
 	/* Loads share the limit. */
-	ASSERT_RC(lk, kvl_linker_load(lk, 6, r.pages, 2, NULL, r.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 6, r.pages, 2, r.sp),
 	          KVL_EFULL);
 	/* Completed but not polled still counts. */
 	ASSERT_RC(lk, kvl_linker_flush(lk, LONG_MS), KVL_OK);
-	ASSERT_RC(lk, kvl_linker_offload(lk, 5, r.pages, 2, NULL, r.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 5, r.pages, 2, r.sp, NULL),
 	          KVL_EFULL);
 	kvl_completion cc[4];
 	collect(lk, ids, 4, cc);
@@ -260,18 +260,18 @@ static void test_queue_full(void **state)
 		expect_completion(&cc[i], KVL_REQ_OFFLOAD, 0, 2, 2);
 	expect_none(lk, 20); /* the refused ones are never reported */
 	/* Polled: accepted again. */
-	ASSERT_RC(lk, kvl_linker_offload(lk, 5, r.pages, 2, NULL, r.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 5, r.pages, 2, r.sp, NULL),
 	          KVL_OK);
 	for (uint64_t id = 6; id < 9; id++)
-		ASSERT_RC(lk, kvl_linker_load(lk, id, r.pages, 2, NULL, r.sp),
+		ASSERT_RC(lk, kvl_linker_load(lk, id, r.pages, 2, r.sp),
 		          KVL_OK);
-	ASSERT_RC(lk, kvl_linker_load(lk, 9, r.pages, 2, NULL, r.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 9, r.pages, 2, r.sp),
 	          KVL_EFULL);
 	/* Poll one frees one place. */
 	ASSERT_RC(lk, kvl_linker_flush(lk, LONG_MS), KVL_OK);
 	kvl_completion c = collect1(lk, 5);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 2, 2);
-	ASSERT_RC(lk, kvl_linker_load(lk, 9, r.pages, 2, NULL, r.sp), KVL_OK);
+	ASSERT_RC(lk, kvl_linker_load(lk, 9, r.pages, 2, r.sp), KVL_OK);
 	uint64_t b = 0;
 	ASSERT_RC(lk, kvl_linker_start(lk, &b), KVL_OK);
 	ASSERT_RC(lk, kvl_linker_wait(lk, b, N_LAYERS - 1, LONG_MS), KVL_OK);
@@ -309,7 +309,7 @@ static void test_shutdown_queued(void **state)
 	req_pool(&r, src.kv, 0, 0);
 	fill_req(&src, &r);
 	kvl_linker *ls = open_lk(&src, s, NULL);
-	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 4, 4);
 	kvl_linker_close(ls);
 	if (slow)
@@ -322,7 +322,7 @@ static void test_shutdown_queued(void **state)
 	req_pool(&d, dst.kv, 0, 0);
 	uint64_t ids[8] = {10, 11, 12, 20, 21, 22, 23, 24};
 	for (int i = 0; i < 3; i++)
-		ASSERT_RC(lk, kvl_linker_load(lk, ids[i], d.pages, 4, NULL,
+		ASSERT_RC(lk, kvl_linker_load(lk, ids[i], d.pages, 4,
 		                              d.sp),
 		          KVL_OK);
 	for (int i = 3; i < 8; i++) {
@@ -331,8 +331,8 @@ static void test_shutdown_queued(void **state)
 		req t;
 		req_init(&t, p2, 2);
 		req_pool(&t, dst.kv, 4 + (size_t)i, 0);
-		ASSERT_RC(lk, kvl_linker_offload(lk, ids[i], t.pages, 2, NULL,
-		                                 t.sp),
+		ASSERT_RC(lk, kvl_linker_offload(lk, ids[i], t.pages, 2,
+		                                 t.sp, NULL),
 		          KVL_OK);
 	}
 	if (slow)
@@ -369,10 +369,10 @@ static void test_shutdown_queued(void **state)
 		assert_true(slot_untouched(&dst, dst.kv, sl, 0));
 	/* Closed for new work; polls return at once; shutdown idempotent. */
 	uint64_t b = 0;
-	ASSERT_RC(lk, kvl_linker_load(lk, 30, d.pages, 4, NULL, d.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 30, d.pages, 4, d.sp),
 	          KVL_ECLOSED);
 	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "shutting down");
-	ASSERT_RC(lk, kvl_linker_offload(lk, 31, d.pages, 4, NULL, d.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 31, d.pages, 4, d.sp, NULL),
 	          KVL_ECLOSED);
 	ASSERT_RC(lk, kvl_linker_start(lk, &b), KVL_ECLOSED);
 	ASSERT_RC(lk, kvl_linker_flush(lk, LONG_MS), KVL_OK);
@@ -419,7 +419,7 @@ static void test_shutdown_running(void **state)
 	req_init(&r, pg, 2);
 	req_pool(&r, src.kv, 0, 0);
 	fill_req(&src, &r);
-	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 2, 2);
 	kvl_linker_close(ls);
 	fault_latency(s, 200);
@@ -428,11 +428,11 @@ static void test_shutdown_running(void **state)
 	req d;
 	req_init(&d, pg, 2);
 	req_pool(&d, dst.kv, 0, 0);
-	ASSERT_RC(lk, kvl_linker_load(lk, 2, d.pages, 2, NULL, d.sp), KVL_OK);
+	ASSERT_RC(lk, kvl_linker_load(lk, 2, d.pages, 2, d.sp), KVL_OK);
 	uint64_t b = 0, b2 = 0;
 	ASSERT_RC(lk, kvl_linker_start(lk, &b), KVL_OK);
 	/* A second batch, started but not yet taken by the loader. */
-	ASSERT_RC(lk, kvl_linker_load(lk, 3, d.pages, 2, NULL, d.sp), KVL_OK);
+	ASSERT_RC(lk, kvl_linker_load(lk, 3, d.pages, 2, d.sp), KVL_OK);
 	ASSERT_RC(lk, kvl_linker_start(lk, &b2), KVL_OK);
 	waiter_arg wa[3] = {{lk, b, N_LAYERS - 1, -100},
 	                    {lk, b, 2, -100},
@@ -506,9 +506,9 @@ static void test_shutdown_concurrent(void **state)
 	fill_req(&h, &r);
 	fault_latency(s, 200);
 	uint64_t ids[2] = {1, 2};
-	ASSERT_RC(lk, kvl_linker_offload(lk, 1, r.pages, 2, NULL, r.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 1, r.pages, 2, r.sp, NULL),
 	          KVL_OK);
-	ASSERT_RC(lk, kvl_linker_offload(lk, 2, r.pages, 2, NULL, r.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 2, r.pages, 2, r.sp, NULL),
 	          KVL_OK);
 	fault_await_calls(s, 1, 1); /* the first offload is being written */
 	shut_arg a[2] = {{lk, 0, -100}, {lk, 30, -100}};
@@ -550,22 +550,19 @@ static void test_close_busy(void **state)
 	for (int round = 0; round < 3; round++) {
 		kvl_linker *lk = open_lk(&h, s, NULL);
 		for (uint64_t i = 0; i < 5; i++)
-			ASSERT_RC(lk, kvl_linker_offload(lk, i, r.pages, 4,
-			                                 NULL, r.sp),
+			ASSERT_RC(lk, kvl_linker_offload(lk, i, r.pages, 4, r.sp, NULL),
 			          KVL_OK);
 		req d;
 		req_init(&d, pg, 4);
 		req_pool(&d, h.kv, 8, 0);
 		for (uint64_t i = 0; i < 3; i++)
-			ASSERT_RC(lk, kvl_linker_load(lk, 100 + i, d.pages, 4,
-			                              NULL, d.sp),
+			ASSERT_RC(lk, kvl_linker_load(lk, 100 + i, d.pages, 4, d.sp),
 			          KVL_OK);
 		uint64_t b = 0;
 		if (round > 0)
 			ASSERT_RC(lk, kvl_linker_start(lk, &b), KVL_OK);
 		for (uint64_t i = 0; i < 2; i++)
-			ASSERT_RC(lk, kvl_linker_load(lk, 200 + i, d.pages, 4,
-			                              NULL, d.sp),
+			ASSERT_RC(lk, kvl_linker_load(lk, 200 + i, d.pages, 4, d.sp),
 			          KVL_OK);
 		if (round == 2) {
 			kvl_completion c[2];
@@ -668,7 +665,7 @@ static void *engine_main(void *p)
 		if (op < 5) {
 			/* Each engine loads into its own destination slots. */
 			req_pool(&r, dst->kv, a->t * 4, 0);
-			rc = kvl_linker_load(sh->lk, id, r.pages, 4, NULL,
+			rc = kvl_linker_load(sh->lk, id, r.pages, 4,
 			                     r.sp);
 			if (rc) {
 				if (!refused(sh, rc))
@@ -684,8 +681,8 @@ static void *engine_main(void *p)
 			}
 		} else if (op < 8) {
 			req_pool(&r, src->kv, first, 0);
-			rc = kvl_linker_offload(sh->lk, id, r.pages, 4, NULL,
-			                        r.sp);
+			rc = kvl_linker_offload(sh->lk, id, r.pages, 4,
+			                        r.sp, NULL);
 			if (rc) {
 				if (!refused(sh, rc))
 					sh_error(sh, "offload", rc);
@@ -711,7 +708,7 @@ static void *engine_main(void *p)
 				sh_error(sh, "wait", rc);
 		} else if (op == 10) {
 			size_t prefix = 0;
-			rc = kvl_linker_lookup(sh->lk, sh->pg, 8, NULL, NULL,
+			rc = kvl_linker_lookup(sh->lk, sh->pg, 8, NULL,
 			                       &prefix);
 			if (rc || prefix != 8)
 				sh_error(sh, "lookup", rc ? rc : -999);
@@ -762,13 +759,13 @@ static void run_exactly_once(size_t shutdown_at)
 	sh->dst = &dst;
 	sh->pg = pg;
 	sh->may_close = shutdown_at > 0;
-	sh->trusted = s->trusted;
+	sh->trusted = kvl__store_caps_of(s).trusted;
 	/* Pages 0..7 from slots 0..7 (offloads re-offer subsets of them). */
 	req r;
 	req_init(&r, pg, 8);
 	req_pool(&r, src.kv, 0, 0);
 	fill_req(&src, &r);
-	kvl_completion c0 = offload_sync(sh->lk, 1, &r, NULL);
+	kvl_completion c0 = offload_sync(sh->lk, 1, &r);
 	expect_completion(&c0, KVL_REQ_OFFLOAD, 0, 8, 8);
 
 	pthread_t pt, et[ENGINES];

@@ -55,9 +55,9 @@ static void test_load_roundtrip(void **state)
 	req_pool(&r, src.kv, 2, 0);
 	req_pool(&r, src.swa, 2, 0);
 	fill_req(&src, &r);
-	kvl_completion c = offload_sync(ls, 1, &r, NULL);
+	kvl_completion c = offload_sync(ls, 1, &r);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 6, 6);
-	assert_int_equal(lookup(ld, pg, 6, NULL, NULL), 6);
+	assert_int_equal(lookup(ld, pg, 6, NULL), 6);
 
 	/* Load into other slots: kv for every page (slots 15 down to 10),
 	 * swa only for the trailing window (pages 4 and 5 into slots 7, 8).
@@ -68,7 +68,7 @@ static void test_load_roundtrip(void **state)
 	for (size_t i = 0; i < 6; i++)
 		d.slot[dst.kv][i] = 15 - i;
 	req_pool(&d, dst.swa, 7, 4);
-	ASSERT_RC(ld, kvl_linker_load(ld, 2, d.pages, 6, NULL, d.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 2, d.pages, 6, d.sp), KVL_OK);
 	uint64_t b = 0;
 	ASSERT_RC(ld, kvl_linker_start(ld, &b), KVL_OK);
 	for (uint32_t ly = 0; ly < N_LAYERS; ly++) {
@@ -95,7 +95,7 @@ static void test_load_roundtrip(void **state)
 	req w;
 	req_init(&w, pg, 6);
 	req_pool(&w, dst.swa, 10, 4);
-	c = load_sync(ld, 3, &w, NULL, NULL);
+	c = load_sync(ld, 3, &w, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 6, 6);
 	check_req(&dst, &w, 6, N_LAYERS);
 	for (size_t sl = 0; sl < 10; sl++)
@@ -108,9 +108,9 @@ static void test_load_roundtrip(void **state)
 	req_init(&e2, pg + 3, 3);
 	req_pool(&e2, dst.kv, 3, 0);
 	req_pool(&e2, dst.swa, 0, 0);
-	ASSERT_RC(ld, kvl_linker_load(ld, 4, e1.pages, 3, NULL, e1.sp),
+	ASSERT_RC(ld, kvl_linker_load(ld, 4, e1.pages, 3, e1.sp),
 	          KVL_OK);
-	ASSERT_RC(ld, kvl_linker_load(ld, 5, e2.pages, 3, NULL, e2.sp),
+	ASSERT_RC(ld, kvl_linker_load(ld, 5, e2.pages, 3, e2.sp),
 	          KVL_OK);
 	ASSERT_RC(ld, kvl_linker_start(ld, &b), KVL_OK);
 	ASSERT_RC(ld, kvl_linker_wait(ld, b, N_LAYERS - 1, LONG_MS), KVL_OK);
@@ -153,12 +153,12 @@ static void test_io_batch(void **state)
 		req_pool(&r, src.kv, 1, 0);
 		req_pool(&r, src.swa, 3, 2);
 		fill_req(&src, &r);
-		kvl_completion c = offload_sync(ls, 1, &r, NULL);
+		kvl_completion c = offload_sync(ls, 1, &r);
 		expect_completion(&c, KVL_REQ_OFFLOAD, 0, 7, 7);
 		kvl_store_stats st;
 		assert_int_equal(kvl_store_stats_get(s, &st), KVL_OK);
 		assert_int_equal(st.puts, 7 + 5);
-		assert_int_equal(lookup(ld, pg, 7, NULL, NULL), 7);
+		assert_int_equal(lookup(ld, pg, 7, NULL), 7);
 		memset(dst.mem, FILL, dst.mem_bytes);
 		req d1, d2;
 		req_init(&d1, pg, 7);
@@ -166,9 +166,9 @@ static void test_io_batch(void **state)
 		req_pool(&d1, dst.swa, 0, 2);
 		req_init(&d2, pg, 4);
 		req_pool(&d2, dst.kv, 0, 0);
-		ASSERT_RC(ld, kvl_linker_load(ld, 2, d1.pages, 7, NULL, d1.sp),
+		ASSERT_RC(ld, kvl_linker_load(ld, 2, d1.pages, 7, d1.sp),
 		          KVL_OK);
-		ASSERT_RC(ld, kvl_linker_load(ld, 3, d2.pages, 4, NULL, d2.sp),
+		ASSERT_RC(ld, kvl_linker_load(ld, 3, d2.pages, 4, d2.sp),
 		          KVL_OK);
 		uint64_t b = 0;
 		ASSERT_RC(ld, kvl_linker_start(ld, &b), KVL_OK);
@@ -189,13 +189,13 @@ static void test_io_batch(void **state)
 		req_init(&m, many, 8);
 		req_pool(&m, dst.kv, 0, 0);
 		size_t prefix = 0;
-		ASSERT_RC(ld, kvl_linker_lookup(ld, many, 8, NULL, NULL,
+		ASSERT_RC(ld, kvl_linker_lookup(ld, many, 8, NULL,
 		                                &prefix),
 		          KVL_ERANGE);
-		ASSERT_RC(ld, kvl_linker_load(ld, 4, m.pages, 8, NULL, m.sp),
+		ASSERT_RC(ld, kvl_linker_load(ld, 4, m.pages, 8, m.sp),
 		          KVL_ERANGE);
-		ASSERT_RC(ld, kvl_linker_offload(ld, 5, m.pages, 8, NULL,
-		                                 m.sp),
+		ASSERT_RC(ld, kvl_linker_offload(ld, 5, m.pages, 8,
+		                                 m.sp, NULL),
 		          KVL_ERANGE);
 		expect_none(ld, 0);
 		kvl_linker_close(ld);
@@ -220,7 +220,7 @@ static void test_load_args(void **state)
 	req_init(&r, pg, 4);
 	req_pool(&r, h.kv, 0, 0);
 	fill_req(&h, &r);
-	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 4, 4);
 	memset(h.mem, FILL, h.mem_bytes);
 
@@ -229,12 +229,12 @@ static void test_load_args(void **state)
 	req d;
 	req_init(&d, pg, 4);
 	req_pool(&d, h.kv, 4, 0);
-	ASSERT_RC(lk, kvl_linker_load(lk, 7, d.pages, 4, NULL, d.sp), KVL_OK);
-	ASSERT_RC(lk, kvl_linker_load(lk, 7, d.pages, 4, NULL, d.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 7, d.pages, 4, d.sp), KVL_OK);
+	ASSERT_RC(lk, kvl_linker_load(lk, 7, d.pages, 4, d.sp),
 	          KVL_EEXIST);
 	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "7");
 	/* Another id in the same batch. */
-	ASSERT_RC(lk, kvl_linker_load(lk, 8, d.pages, 4, NULL, d.sp), KVL_OK);
+	ASSERT_RC(lk, kvl_linker_load(lk, 8, d.pages, 4, d.sp), KVL_OK);
 	uint64_t b = 0;
 	ASSERT_RC(lk, kvl_linker_start(lk, &b), KVL_OK);
 	ASSERT_RC(lk, kvl_linker_wait(lk, b, N_LAYERS - 1, LONG_MS), KVL_OK);
@@ -244,7 +244,7 @@ static void test_load_args(void **state)
 	expect_completion(&cc[1], KVL_REQ_LOAD, 0, 4, 4);
 	expect_none(lk, 20);
 	/* Polled: the id is free again. */
-	kvl_completion c = load_sync(lk, 7, &d, NULL, NULL);
+	kvl_completion c = load_sync(lk, 7, &d, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 4, 4);
 	check_req(&h, &d, 4, N_LAYERS);
 
@@ -253,42 +253,42 @@ static void test_load_args(void **state)
 	req_init(&bad, pg, 4);
 	req_pool(&bad, h.kv, 0, 0);
 	bad.slot[h.kv][2] = NP;
-	ASSERT_RC(lk, kvl_linker_load(lk, 20, bad.pages, 4, NULL, bad.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 20, bad.pages, 4, bad.sp),
 	          KVL_ERANGE);
 	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "slot");
-	ASSERT_RC(lk, kvl_linker_offload(lk, 21, bad.pages, 4, NULL, bad.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 21, bad.pages, 4, bad.sp, NULL),
 	          KVL_ERANGE);
 	bad.slot[h.kv][2] = KVL_NO_SLOT - 1;
-	ASSERT_RC(lk, kvl_linker_load(lk, 22, bad.pages, 4, NULL, bad.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 22, bad.pages, 4, bad.sp),
 	          KVL_ERANGE);
 	/* swa slot out of range next to good kv slots. */
 	req bad2;
 	req_init(&bad2, pg, 4);
 	req_pool(&bad2, h.kv, 0, 0);
 	req_pool(&bad2, h.swa, NP - 1, 2); /* pages 2, 3 → NP-1, NP */
-	ASSERT_RC(lk, kvl_linker_load(lk, 23, bad2.pages, 4, NULL, bad2.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 23, bad2.pages, 4, bad2.sp),
 	          KVL_ERANGE);
 
 	/* Nothing to load: all NULL, or only KVL_NO_SLOT. */
 	req none;
 	req_init(&none, pg, 4);
-	ASSERT_RC(lk, kvl_linker_load(lk, 24, none.pages, 4, NULL, none.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 24, none.pages, 4, none.sp),
 	          KVL_EINVAL);
 	none.sp[h.kv] = none.slot[h.kv];
-	ASSERT_RC(lk, kvl_linker_load(lk, 25, none.pages, 4, NULL, none.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 25, none.pages, 4, none.sp),
 	          KVL_EINVAL);
-	ASSERT_RC(lk, kvl_linker_offload(lk, 26, none.pages, 4, NULL,
-	                                 none.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 26, none.pages, 4,
+	                                 none.sp, NULL),
 	          KVL_EINVAL);
-	ASSERT_RC(lk, kvl_linker_load(lk, 27, d.pages, 0, NULL, d.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 27, d.pages, 0, d.sp),
 	          KVL_EINVAL);
-	ASSERT_RC(lk, kvl_linker_load(lk, 28, NULL, 4, NULL, d.sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, 28, NULL, 4, d.sp),
 	          KVL_EINVAL);
-	ASSERT_RC(lk, kvl_linker_load(lk, 29, d.pages, 4, NULL, NULL),
+	ASSERT_RC(lk, kvl_linker_load(lk, 29, d.pages, 4, NULL),
 	          KVL_EINVAL);
-	ASSERT_RC(lk, kvl_linker_offload(lk, 30, NULL, 4, NULL, d.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 30, NULL, 4, d.sp, NULL),
 	          KVL_EINVAL);
-	assert_int_equal(kvl_linker_load(NULL, 31, d.pages, 4, NULL, d.sp),
+	assert_int_equal(kvl_linker_load(NULL, 31, d.pages, 4, d.sp),
 	                 KVL_EINVAL);
 	int co = 0;
 	assert_int_equal(kvl_linker_cancel(lk, 1, NULL), KVL_EINVAL);

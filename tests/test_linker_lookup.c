@@ -47,13 +47,13 @@ static void test_lookup_basic(void **state)
 	make_pages(pg, 8, 2);
 
 	/* Nothing stored: 0; n_pages 0: 0 (pages may be NULL). */
-	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 0);
-	assert_int_equal(lookup(lk, NULL, 0, NULL, NULL), 0);
-	assert_int_equal(lookup(lk, pg, 0, NULL, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 8, NULL), 0);
+	assert_int_equal(lookup(lk, NULL, 0, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 0, NULL), 0);
 	size_t prefix = 0;
-	ASSERT_RC(lk, kvl_linker_lookup(lk, NULL, 3, NULL, NULL, &prefix),
+	ASSERT_RC(lk, kvl_linker_lookup(lk, NULL, 3, NULL, &prefix),
 	          KVL_EINVAL);
-	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 3, NULL, NULL, NULL),
+	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 3, NULL, NULL),
 	          KVL_EINVAL);
 
 	/* Offload pages 0..5 of both pools. */
@@ -62,26 +62,26 @@ static void test_lookup_basic(void **state)
 	req_pool(&r, h.kv, 0, 0);
 	req_pool(&r, h.swa, 0, 0);
 	fill_req(&h, &r);
-	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 6, 6);
-	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 6);
-	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 6);
-	assert_int_equal(lookup(lk, pg, 3, NULL, NULL), 3);
+	assert_int_equal(lookup(lk, pg, 6, NULL), 6);
+	assert_int_equal(lookup(lk, pg, 8, NULL), 6);
+	assert_int_equal(lookup(lk, pg, 3, NULL), 3);
 
 	/* One store exists call per lookup: every (page, pool) asked counts
 	 * once as a hit or a miss. */
 	kvl_store_stats a, b;
 	assert_int_equal(kvl_store_stats_get(s, &a), KVL_OK);
-	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 6);
+	assert_int_equal(lookup(lk, pg, 8, NULL), 6);
 	assert_int_equal(kvl_store_stats_get(s, &b), KVL_OK);
 	assert_int_equal((b.hits + b.misses) - (a.hits + a.misses), 8 * 2);
 	assert_int_equal(b.hits - a.hits, 6 * 2);
 
 	/* ALL_PAGES: a hole in the middle ends the prefix. */
-	remove_page(s, &h, h.kv, &pg[2], NULL);
-	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 2);
-	remove_page(s, &h, h.kv, &pg[0], NULL);
-	assert_int_equal(lookup(lk, pg, 8, NULL, NULL), 0);
+	remove_page(s, &h, h.kv, &pg[2]);
+	assert_int_equal(lookup(lk, pg, 8, NULL), 2);
+	remove_page(s, &h, h.kv, &pg[0]);
+	assert_int_equal(lookup(lk, pg, 8, NULL), 0);
 
 	kvl_linker_close(lk);
 	kvl_store_close(s);
@@ -100,7 +100,7 @@ static void store_pattern(kvl_linker *lk, host *h, const kvl_hash *pg,
 		if (!swa_at[i])
 			r.slot[h->swa][i] = KVL_NO_SLOT;
 	fill_req(h, &r);
-	expect_completion((kvl_completion[]){offload_sync(lk, id, &r, NULL)},
+	expect_completion((kvl_completion[]){offload_sync(lk, id, &r)},
 	                  KVL_REQ_OFFLOAD, 0, n, n);
 }
 
@@ -117,10 +117,10 @@ static void test_lookup_trailing(void **state)
 	kvl_hash pg[6];
 	make_pages(pg, 6, 3);
 	store_pattern(lk, &h, pg, 4, (const uint8_t[]){0, 1, 0, 1}, 1);
-	assert_int_equal(lookup(lk, pg, 4, NULL, NULL), 4);
-	assert_int_equal(lookup(lk, pg, 3, NULL, NULL), 2);
-	remove_page(s, &h, h.swa, &pg[3], NULL);
-	assert_int_equal(lookup(lk, pg, 4, NULL, NULL), 2);
+	assert_int_equal(lookup(lk, pg, 4, NULL), 4);
+	assert_int_equal(lookup(lk, pg, 3, NULL), 2);
+	remove_page(s, &h, h.swa, &pg[3]);
+	assert_int_equal(lookup(lk, pg, 4, NULL), 2);
 	kvl_linker_close(lk);
 	kvl_store_close(s);
 	host_free(&h);
@@ -131,29 +131,29 @@ static void test_lookup_trailing(void **state)
 	s = open_ok(STORE_URI);
 	lk = open_lk(&h, s, NULL);
 	store_pattern(lk, &h, pg, 6, (const uint8_t[]){0, 1, 1, 0, 1, 1}, 1);
-	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 6);
-	assert_int_equal(lookup(lk, pg, 5, NULL, NULL), 3);
-	assert_int_equal(lookup(lk, pg, 4, NULL, NULL), 3);
-	assert_int_equal(lookup(lk, pg, 2, NULL, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 6, NULL), 6);
+	assert_int_equal(lookup(lk, pg, 5, NULL), 3);
+	assert_int_equal(lookup(lk, pg, 4, NULL), 3);
+	assert_int_equal(lookup(lk, pg, 2, NULL), 0);
 
 	/* pool_pages: swa asked only for pages 4, 5 → 6 (kv all present). */
 	const uint8_t tail[6] = {0, 0, 0, 0, 1, 1};
 	const uint8_t *pp1[2] = {NULL, tail};
 	pp1[h.kv] = NULL;
 	pp1[h.swa] = tail;
-	assert_int_equal(lookup(lk, pg, 6, NULL, pp1), 6);
+	assert_int_equal(lookup(lk, pg, 6, pp1), 6);
 	/* swa asked for pages 0..3 only: 4, 5 count as absent → 3. */
 	const uint8_t head[6] = {1, 1, 1, 1, 0, 0};
 	const uint8_t *pp2[2];
 	pp2[h.kv] = NULL;
 	pp2[h.swa] = head;
-	assert_int_equal(lookup(lk, pg, 6, NULL, pp2), 3);
+	assert_int_equal(lookup(lk, pg, 6, pp2), 3);
 	/* kv asked for pages 0..2 only → kv allows 1..3; swa → 3. */
 	const uint8_t kv3[6] = {1, 1, 1, 0, 0, 0};
 	const uint8_t *pp3[2];
 	pp3[h.kv] = kv3;
 	pp3[h.swa] = NULL;
-	assert_int_equal(lookup(lk, pg, 6, NULL, pp3), 3);
+	assert_int_equal(lookup(lk, pg, 6, pp3), 3);
 	/* swa with no flag does not constrain: kv's 6 even where swa has
 	 * holes; and the store is asked only the flagged items. */
 	const uint8_t none[6] = {0};
@@ -162,18 +162,18 @@ static void test_lookup_trailing(void **state)
 	pp4[h.swa] = none;
 	kvl_store_stats a, b;
 	assert_int_equal(kvl_store_stats_get(s, &a), KVL_OK);
-	assert_int_equal(lookup(lk, pg, 6, NULL, pp4), 6);
-	assert_int_equal(lookup(lk, pg, 6, NULL, pp1), 6);
+	assert_int_equal(lookup(lk, pg, 6, pp4), 6);
+	assert_int_equal(lookup(lk, pg, 6, pp1), 6);
 	assert_int_equal(kvl_store_stats_get(s, &b), KVL_OK);
 	assert_int_equal((b.hits + b.misses) - (a.hits + a.misses),
 	                 6 + (6 + 2));
 
 	/* Holes: without swa page 5 → 3; without swa page 2 too → 0. */
-	remove_page(s, &h, h.swa, &pg[5], NULL);
-	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 3);
-	remove_page(s, &h, h.swa, &pg[2], NULL);
-	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 0);
-	assert_int_equal(lookup(lk, pg, 6, NULL, pp4), 6);
+	remove_page(s, &h, h.swa, &pg[5]);
+	assert_int_equal(lookup(lk, pg, 6, NULL), 3);
+	remove_page(s, &h, h.swa, &pg[2]);
+	assert_int_equal(lookup(lk, pg, 6, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 6, pp4), 6);
 
 	kvl_linker_close(lk);
 	kvl_store_close(s);
@@ -188,30 +188,35 @@ static void test_lookup_namespace(void **state)
 	host_init(&dst, NULL);
 	kvl_store *s = open_ok(STORE_URI);
 	kvl_linker *lk = open_lk(&src, s, NULL);
-	kvl_hash pg[5];
-	make_pages(pg, 5, 4);
+	/* The same prompt hashed bare and in two tenants' namespaces. */
 	kvl_hash na = make_seed("tenant-a"), nb = make_seed("tenant-b");
+	kvl_hash pg[5], pa[5], pb[5];
+	make_pages(pg, 5, 4);
+	make_pages_in(pa, 5, 4, &na);
+	make_pages_in(pb, 5, 4, &nb);
 
 	req r;
-	req_init(&r, pg, 5);
+	req_init(&r, pa, 5);
 	req_pool(&r, src.kv, 3, 0);
 	fill_req(&src, &r);
-	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r, &na)},
+	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r)},
 	                  KVL_REQ_OFFLOAD, 0, 5, 5);
-	assert_int_equal(lookup(lk, pg, 5, &nb, NULL), 0);
-	assert_int_equal(lookup(lk, pg, 5, NULL, NULL), 0);
-	assert_int_equal(lookup(lk, pg, 5, &na, NULL), 5);
-	assert_int_equal(page_present(s, &src, src.kv, &pg[1], &na), 1);
-	assert_int_equal(page_present(s, &src, src.kv, &pg[1], NULL), 0);
+	assert_int_equal(lookup(lk, pb, 5, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 5, NULL), 0);
+	assert_int_equal(lookup(lk, pa, 5, NULL), 5);
+	assert_int_equal(page_present(s, &src, src.kv, &pa[1]), 1);
+	assert_int_equal(page_present(s, &src, src.kv, &pg[1]), 0);
 
-	/* Loads find the pages only under the same seed. */
+	/* Loads find the pages only in the same namespace. */
 	kvl_linker *ld = open_lk(&dst, s, NULL);
 	req d;
-	req_init(&d, pg, 5);
+	req_init(&d, pb, 5);
 	req_pool(&d, dst.kv, 8, 0);
-	kvl_completion c = load_sync(ld, 10, &d, &nb, NULL);
+	kvl_completion c = load_sync(ld, 10, &d, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, KVL_ENOTFOUND, 0, 5);
-	c = load_sync(ld, 11, &d, &na, NULL);
+	req_init(&d, pa, 5);
+	req_pool(&d, dst.kv, 8, 0);
+	c = load_sync(ld, 11, &d, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 5, 5);
 	check_req(&dst, &d, 5, N_LAYERS);
 
@@ -235,7 +240,7 @@ typedef struct rank_arg {
 static void *rank_main(void *p)
 {
 	rank_arg *a = p;
-	a->rc = kvl_linker_lookup(a->lk, a->pages, a->n, NULL, NULL,
+	a->rc = kvl_linker_lookup(a->lk, a->pages, a->n, NULL,
 	                          &a->prefix);
 	return NULL;
 }
@@ -290,18 +295,18 @@ static void run_ranks(unsigned n_ranks)
 		req_pool(&q, h[r].kv, 0, 0);
 		req_pool(&q, h[r].mla, 0, 0);
 		fill_req(&h[r], &q);
-		kvl_completion c = offload_sync(lks[r], 100 + r, &q, NULL);
+		kvl_completion c = offload_sync(lks[r], 100 + r, &q);
 		expect_completion(&c, KVL_REQ_OFFLOAD, 0, 8, 8);
 	}
 	ranks_lookup(lks, n_ranks, pg, 8, 8);
 	/* The last rank lacks page 5 of its kv shard: everyone gets 5. */
-	remove_page(s, &h[n_ranks - 1], h[n_ranks - 1].kv, &pg[5], NULL);
+	remove_page(s, &h[n_ranks - 1], h[n_ranks - 1].kv, &pg[5]);
 	ranks_lookup(lks, n_ranks, pg, 8, 5);
 	/* Rank 1 lacks page 3: everyone gets 3. */
-	remove_page(s, &h[1], h[1].kv, &pg[3], NULL);
+	remove_page(s, &h[1], h[1].kv, &pg[3]);
 	ranks_lookup(lks, n_ranks, pg, 8, 3);
 	/* The replicated pool is shared: without its page 1 → 1. */
-	remove_page(s, &h[0], h[0].mla, &pg[1], NULL);
+	remove_page(s, &h[0], h[0].mla, &pg[1]);
 	ranks_lookup(lks, n_ranks, pg, 8, 1);
 
 	for (unsigned r = 0; r < n_ranks; r++) {
@@ -332,10 +337,10 @@ static void test_lookup_ranks(void **state)
 	kvl_hash pg[2];
 	make_pages(pg, 2, 25);
 	size_t prefix = 99;
-	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 2, NULL, NULL, &prefix),
+	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 2, NULL, &prefix),
 	          KVL_ETIMEDOUT);
 	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "all-reduce");
-	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 2, NULL, NULL, &prefix),
+	ASSERT_RC(lk, kvl_linker_lookup(lk, pg, 2, NULL, &prefix),
 	          KVL_ESTATE);
 	kvl_linker_close(lk);
 	kvl_rank_group_free(g);
@@ -369,7 +374,7 @@ static void test_lookup_rank_down(void **state)
 		req_init(&q, pg, 4);
 		req_pool(&q, h[r].kv, 0, 0);
 		fill_req(&h[r], &q);
-		kvl_completion c = offload_sync(lks[r], 1, &q, NULL);
+		kvl_completion c = offload_sync(lks[r], 1, &q);
 		expect_completion(&c, KVL_REQ_OFFLOAD, 0, 4, 4);
 	}
 	ranks_lookup(lks, 2, pg, 4, 4);

@@ -55,21 +55,21 @@ static void test_offload_present(void **state)
 	req_init(&q, pg, 4);
 	req_pool(&q, h.kv, 0, 0);
 	req_pool(&q, h.swa, 0, 0);
-	kvl_completion c = offload_sync(lk, 1, &q, NULL);
+	kvl_completion c = offload_sync(lk, 1, &q);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 4, 4);
 	assert_int_equal(kvl_store_stats_get(s, &b), KVL_OK);
 	assert_int_equal(b.puts - a.puts, 8);
 	/* Again: all present, skipped, counted as stored. */
-	c = offload_sync(lk, 2, &q, NULL);
+	c = offload_sync(lk, 2, &q);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 4, 4);
 	assert_int_equal(kvl_store_stats_get(s, &a), KVL_OK);
 	assert_int_equal(a.puts, b.puts);
 	/* Pages 0..5 with 0..3 present: only 4 and 5 are written. */
-	c = offload_sync(lk, 3, &r, NULL);
+	c = offload_sync(lk, 3, &r);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 6, 6);
 	assert_int_equal(kvl_store_stats_get(s, &b), KVL_OK);
 	assert_int_equal(b.puts - a.puts, 4);
-	assert_int_equal(lookup(lk, pg, 6, NULL, NULL), 6);
+	assert_int_equal(lookup(lk, pg, 6, NULL), 6);
 
 	/* Several offloads, then one flush waits for all. */
 	uint64_t ids[5];
@@ -81,8 +81,8 @@ static void test_offload_present(void **state)
 		req_init(&t, p2, 3);
 		req_pool(&t, h.kv, (size_t)i * 3, 0);
 		ids[i] = 10 + (uint64_t)i;
-		ASSERT_RC(lk, kvl_linker_offload(lk, ids[i], t.pages, 3, NULL,
-		                                 t.sp),
+		ASSERT_RC(lk, kvl_linker_offload(lk, ids[i], t.pages, 3,
+		                                 t.sp, NULL),
 		          KVL_OK);
 	}
 	ASSERT_RC(lk, kvl_linker_flush(lk, LONG_MS), KVL_OK);
@@ -97,9 +97,9 @@ static void test_offload_present(void **state)
 	ASSERT_RC(lk, kvl_linker_flush(lk, 0), KVL_OK);
 	expect_none(lk, 0);
 	/* Duplicate id while open: EEXIST (tolerates it having finished). */
-	ASSERT_RC(lk, kvl_linker_offload(lk, 40, q.pages, 4, NULL, q.sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, 40, q.pages, 4, q.sp, NULL),
 	          KVL_OK);
-	int rc = kvl_linker_offload(lk, 40, q.pages, 4, NULL, q.sp);
+	int rc = kvl_linker_offload(lk, 40, q.pages, 4, q.sp, NULL);
 	assert_true(rc == KVL_EEXIST || rc == KVL_OK);
 	uint64_t dup[2] = {40, 40};
 	if (rc == KVL_OK) {
@@ -121,9 +121,9 @@ static void test_offload_present(void **state)
 	 * store's error and no valid page; nothing is found. */
 	s = open_ok("mem:?capacity=512");
 	lk = open_lk(&h, s, NULL);
-	c = offload_sync(lk, 50, &q, NULL);
+	c = offload_sync(lk, 50, &q);
 	expect_completion(&c, KVL_REQ_OFFLOAD, KVL_ERANGE, 0, 4);
-	assert_int_equal(lookup(lk, pg, 4, NULL, NULL), 0);
+	assert_int_equal(lookup(lk, pg, 4, NULL), 0);
 	kvl_linker_close(lk);
 	kvl_store_close(s);
 	host_free(&h);
@@ -144,11 +144,11 @@ static void test_offload_replicated(void **state)
 	kvl_hash pg[3];
 	make_pages(pg, 3, 14);
 	char k0[KVL_KEY_MAX], k1[KVL_KEY_MAX];
-	key_of(&h0, h0.mla, &pg[0], NULL, k0);
-	key_of(&h1, h1.mla, &pg[0], NULL, k1);
+	key_of(&h0, h0.mla, &pg[0], k0);
+	key_of(&h1, h1.mla, &pg[0], k1);
 	assert_string_equal(k0, k1); /* one object for every tp rank */
 	assert_null(strstr(k1, "tp"));
-	key_of(&h1, h1.kv, &pg[0], NULL, k1);
+	key_of(&h1, h1.kv, &pg[0], k1);
 	assert_non_null(strstr(k1, "tp1_"));
 
 	req r;
@@ -158,41 +158,41 @@ static void test_offload_replicated(void **state)
 	fill_req(&h1, &r);
 	kvl_store_stats a, b;
 	assert_int_equal(kvl_store_stats_get(s, &a), KVL_OK);
-	kvl_completion c = offload_sync(l1, 1, &r, NULL);
+	kvl_completion c = offload_sync(l1, 1, &r);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 3, 3);
 	assert_int_equal(kvl_store_stats_get(s, &b), KVL_OK);
 	assert_int_equal(b.puts - a.puts, 3);
 	for (size_t i = 0; i < 3; i++) {
-		assert_int_equal(page_present(s, &h1, h1.kv, &pg[i], NULL), 1);
-		assert_int_equal(page_present(s, &h1, h1.mla, &pg[i], NULL),
+		assert_int_equal(page_present(s, &h1, h1.kv, &pg[i]), 1);
+		assert_int_equal(page_present(s, &h1, h1.mla, &pg[i]),
 		                 0);
 	}
 	/* Only mla from rank 1: nothing written, still status 0. */
 	req m;
 	req_init(&m, pg, 3);
 	req_pool(&m, h1.mla, 0, 0);
-	c = offload_sync(l1, 2, &m, NULL);
+	c = offload_sync(l1, 2, &m);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 3, 3);
-	assert_int_equal(page_present(s, &h1, h1.mla, &pg[0], NULL), 0);
+	assert_int_equal(page_present(s, &h1, h1.mla, &pg[0]), 0);
 	/* Rank 0 writes it. */
 	req r0;
 	req_init(&r0, pg, 3);
 	req_pool(&r0, h0.kv, 0, 0);
 	req_pool(&r0, h0.mla, 0, 0);
 	fill_req(&h0, &r0);
-	c = offload_sync(l0, 3, &r0, NULL);
+	c = offload_sync(l0, 3, &r0);
 	expect_completion(&c, KVL_REQ_OFFLOAD, 0, 3, 3);
 	for (size_t i = 0; i < 3; i++)
-		assert_int_equal(page_present(s, &h1, h1.mla, &pg[i], NULL),
+		assert_int_equal(page_present(s, &h1, h1.mla, &pg[i]),
 		                 1);
 	/* Rank 1 loads the replicated page rank 0 wrote. */
 	kvl_linker *ld = open_lk(&d1, s, NULL);
-	assert_int_equal(lookup(ld, pg, 3, NULL, NULL), 3);
+	assert_int_equal(lookup(ld, pg, 3, NULL), 3);
 	req d;
 	req_init(&d, pg, 3);
 	req_pool(&d, d1.kv, 4, 0);
 	req_pool(&d, d1.mla, 9, 0);
-	c = load_sync(ld, 4, &d, NULL, NULL);
+	c = load_sync(ld, 4, &d, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 3, 3);
 	check_req(&d1, &d, 3, N_LAYERS);
 

@@ -75,7 +75,7 @@ static void one_pool(kvl_policy pol, const uint8_t *present, size_t n,
                      uint64_t *bits)
 {
 	const uint8_t *pres[1] = {present};
-	assert_int_equal(kvl_restorable_set(n, 1, &pol, pres, bits,
+	assert_int_equal(kvl_restorable_set( &pol, pres, 1,n, bits,
 	                                    kvl_bitmap_words(n)),
 	                 KVL_OK);
 }
@@ -91,7 +91,7 @@ static int example_rank0(uint64_t *bits)
 {
 	kvl_policy pol[2] = {ALL, {KVL_HIT_TRAILING_PAGES, 1}};
 	const uint8_t *pres[2] = {EX_KV, EX_MAMBA};
-	return kvl_restorable_set(4, 2, pol, pres, bits, 1);
+	return kvl_restorable_set( pol, pres, 2,4, bits, 1);
 }
 
 /* The second rank: kv has a and b only, mamba after a and after b: {1, 2}. */
@@ -101,7 +101,7 @@ static int example_rank1(uint64_t *bits)
 	static const uint8_t mamba[4] = {1, 1, 0, 0};
 	kvl_policy pol[2] = {ALL, {KVL_HIT_TRAILING_PAGES, 1}};
 	const uint8_t *pres[2] = {kv, mamba};
-	return kvl_restorable_set(4, 2, pol, pres, bits, 1);
+	return kvl_restorable_set( pol, pres, 2,4, bits, 1);
 }
 
 static void test_example_one_rank(void **state)
@@ -246,16 +246,16 @@ static void test_null_pool(void **state)
 
 	/* Pools 1 and 2 are left out: only the kv pool constrains. */
 	const uint8_t *pres[3] = {hole, NULL, NULL};
-	assert_int_equal(kvl_restorable_set(5, 3, pol, pres, bits, 1), KVL_OK);
+	assert_int_equal(kvl_restorable_set( pol, pres, 3,5, bits, 1), KVL_OK);
 	ASSERT_SET(bits, 5, 0, 1, 2, 3);
 
 	/* Every pool left out: every prefix. */
 	const uint8_t *none[3] = {NULL, NULL, NULL};
-	assert_int_equal(kvl_restorable_set(5, 3, pol, none, bits, 1), KVL_OK);
+	assert_int_equal(kvl_restorable_set( pol, none, 3,5, bits, 1), KVL_OK);
 	ASSERT_SET(bits, 5, 0, 1, 2, 3, 4, 5);
 
 	/* No pools at all: the same; the arrays may then be NULL. */
-	assert_int_equal(kvl_restorable_set(5, 0, NULL, NULL, bits, 1), KVL_OK);
+	assert_int_equal(kvl_restorable_set( NULL, NULL, 0,5, bits, 1), KVL_OK);
 	ASSERT_SET(bits, 5, 0, 1, 2, 3, 4, 5);
 }
 
@@ -268,11 +268,11 @@ static void test_zero_pages(void **state)
 	const uint8_t *pres[3] = {dummy, dummy, NULL};
 
 	assert_int_equal(kvl_bitmap_words(0), 1);
-	assert_int_equal(kvl_restorable_set(0, 3, pol, pres, bits, 1), KVL_OK);
+	assert_int_equal(kvl_restorable_set( pol, pres, 3,0, bits, 1), KVL_OK);
 	assert_int_equal(bits[0], 1);
 	assert_int_equal(bits[1], SENTINEL); /* only the needed words */
 	assert_int_equal(kvl_bitmap_max(bits, 1), 0);
-	assert_int_equal(kvl_restorable_set(0, 3, pol, pres, bits, 0),
+	assert_int_equal(kvl_restorable_set( pol, pres, 3,0, bits, 0),
 	                 KVL_ERANGE);
 }
 
@@ -342,8 +342,8 @@ static void test_word_boundaries(void **state)
 			for (size_t w = 0; w < sizeof got / sizeof got[0]; w++)
 				got[w] = SENTINEL;
 			reference(n, n_pools, pol, pres, want);
-			assert_int_equal(kvl_restorable_set(n, n_pools, pol,
-			                                    pres, got, nw),
+			assert_int_equal(kvl_restorable_set( pol,
+			                                    pres, n_pools,n, got, nw),
 			                 KVL_OK);
 			for (size_t w = 0; w < nw; w++) {
 				if (got[w] != want[w])
@@ -378,35 +378,35 @@ static void test_errors(void **state)
 
 	/* Unknown policy kind, even on a pool that is left out. */
 	pol[1].kind = (kvl_hit_policy)7;
-	assert_int_equal(kvl_restorable_set(4, 2, pol, pres, bits, 3),
+	assert_int_equal(kvl_restorable_set( pol, pres, 2,4, bits, 3),
 	                 KVL_EINVAL);
 	const uint8_t *half[2] = {pr, NULL};
-	assert_int_equal(kvl_restorable_set(4, 2, pol, half, bits, 3),
+	assert_int_equal(kvl_restorable_set( pol, half, 2,4, bits, 3),
 	                 KVL_EINVAL);
 	pol[1].kind = (kvl_hit_policy)-1;
-	assert_int_equal(kvl_restorable_set(4, 2, pol, pres, bits, 3),
+	assert_int_equal(kvl_restorable_set( pol, pres, 2,4, bits, 3),
 	                 KVL_EINVAL);
 
 	/* Window 0 for TRAILING_PAGES. */
 	pol[1] = trailing(0);
-	assert_int_equal(kvl_restorable_set(4, 2, pol, pres, bits, 3),
+	assert_int_equal(kvl_restorable_set( pol, pres, 2,4, bits, 3),
 	                 KVL_EINVAL);
 	pol[1] = trailing(2);
 
 	/* NULL arrays. */
-	assert_int_equal(kvl_restorable_set(4, 2, pol, pres, NULL, 3),
+	assert_int_equal(kvl_restorable_set( pol, pres, 2,4, NULL, 3),
 	                 KVL_EINVAL);
-	assert_int_equal(kvl_restorable_set(4, 2, NULL, pres, bits, 3),
+	assert_int_equal(kvl_restorable_set( NULL, pres, 2,4, bits, 3),
 	                 KVL_EINVAL);
-	assert_int_equal(kvl_restorable_set(4, 2, pol, NULL, bits, 3),
+	assert_int_equal(kvl_restorable_set( pol, NULL, 2,4, bits, 3),
 	                 KVL_EINVAL);
 
 	/* Too few words: 63 pages fit one word, 64 need two, 128 three. */
-	assert_int_equal(kvl_restorable_set(63, 2, pol, pres, bits, 0),
+	assert_int_equal(kvl_restorable_set( pol, pres, 2,63, bits, 0),
 	                 KVL_ERANGE);
-	assert_int_equal(kvl_restorable_set(64, 2, pol, pres, bits, 1),
+	assert_int_equal(kvl_restorable_set( pol, pres, 2,64, bits, 1),
 	                 KVL_ERANGE);
-	assert_int_equal(kvl_restorable_set(128, 2, pol, pres, bits, 2),
+	assert_int_equal(kvl_restorable_set( pol, pres, 2,128, bits, 2),
 	                 KVL_ERANGE);
 
 	/* Nothing was written by any failed call. */
@@ -414,7 +414,7 @@ static void test_errors(void **state)
 		assert_int_equal(bits[w], SENTINEL);
 
 	/* Enough words works; extra words are left alone. */
-	assert_int_equal(kvl_restorable_set(63, 2, pol, pres, bits, 3), KVL_OK);
+	assert_int_equal(kvl_restorable_set( pol, pres, 2,63, bits, 3), KVL_OK);
 	assert_int_equal(bits[0], 1);
 	assert_int_equal(bits[1], SENTINEL);
 }

@@ -114,7 +114,7 @@ static void put_n(kvl_store *s, const char *test, size_t n, size_t len,
 /* Reads n objects of `len` bytes whole; res[i] as kvl_store_get; bytes of
  * every key that reports success are checked. */
 static void get_n(kvl_store *s, const char *test, size_t n, size_t len,
-                  int64_t *res)
+                  int *res)
 {
 	char (*keys)[KVL_KEY_MAX] = malloc(n * KVL_KEY_MAX);
 	const char **kp = malloc(n * sizeof *kp);
@@ -135,7 +135,7 @@ static void get_n(kvl_store *s, const char *test, size_t n, size_t len,
 			res[i] = rc;
 		if (res[i] < 0)
 			continue;
-		ASSERT_EQ(res[i], len);
+		ASSERT_CODE(res[i], 0);
 		for (size_t b = 0; b < len; b++)
 			if (data[i * len + b] != byte_of(i, b))
 				fail_msg("key %zu byte %zu wrong", i, b);
@@ -213,7 +213,7 @@ static void engine_open(engine *e, kvl_store *s, const char *tag)
 	}
 	ASSERT_CODE(kvl_layout_finalize(e->l), KVL_OK);
 	char err[512] = "";
-	int rc = kvl_linker_open(e->l, s, NULL, &e->lk, err, sizeof err);
+	int rc = kvl_linker_open(s, e->l, NULL, &e->lk, err, sizeof err);
 	if (rc)
 		fail_msg("linker: %s", err);
 }
@@ -260,7 +260,7 @@ static void engine_offload(engine *e, const kvl_hash *h, size_t n,
 			       (int)(i * 16 + ly + 1), ENG_BYTES);
 	}
 	const size_t *sl[1] = {slots};
-	ASSERT_CODE(kvl_linker_offload(e->lk, id, h, n, NULL, sl), KVL_OK);
+	ASSERT_CODE(kvl_linker_offload(e->lk, id, h, n, sl, NULL), KVL_OK);
 	kvl_completion c = collect(e->lk, id);
 	ASSERT_CODE(c.status, KVL_OK);
 	ASSERT_EQ(c.valid_pages, n);
@@ -276,7 +276,7 @@ static kvl_completion engine_load(engine *e, const kvl_hash *h, size_t n,
 		slots[i] = n + i;
 	const size_t *sl[1] = {slots};
 	uint64_t b;
-	ASSERT_CODE(kvl_linker_load(e->lk, id, h, n, NULL, sl), KVL_OK);
+	ASSERT_CODE(kvl_linker_load(e->lk, id, h, n, sl), KVL_OK);
 	ASSERT_CODE(kvl_linker_start(e->lk, &b), KVL_OK);
 	*wait = kvl_linker_wait(e->lk, b, ENG_LAYERS - 1, 600000);
 	return collect(e->lk, id);
@@ -301,7 +301,7 @@ static void test_objects(void **state)
 	NEED_DEPLOYMENT();
 	kvl_store *s = open_ok(deployment());
 	int res[4];
-	int64_t got[4];
+	int got[4];
 	/* Three objects. Putting them again "counts as stored": Mooncake
 	 * keeps the first bytes and does not say they were there. */
 	put_n(s, "objects", 3, 100000, res);
@@ -322,7 +322,7 @@ static void test_objects(void **state)
 	ASSERT_CODE(res[0], KVL_PUT_STORED);
 	get_n(s, "objects", 3, 100000, got);
 	for (int i = 0; i < 3; i++)
-		ASSERT_EQ(got[i], 100000);
+		ASSERT_CODE(got[i], 0);
 
 	/* Ranges of one object: the head alone (the object is larger than
 	 * the ranges), two pieces, and one past the end. */
@@ -333,14 +333,14 @@ static void test_objects(void **state)
 	kvl_range rg[3] = {{0, a, sizeof a}, {50000, b, sizeof b}};
 	size_t nr[2] = {1, 1};
 	ASSERT_CODE(kvl_store_get(s, kp, 2, rg, nr, got), KVL_OK);
-	ASSERT_EQ(got[0], sizeof a);
+	ASSERT_CODE(got[0], 0);
 	ASSERT_CODE(got[1], KVL_ENOTFOUND);
 	for (size_t i = 0; i < sizeof a; i++)
 		ASSERT_EQ(a[i], byte_of(0, i));
 	nr[0] = 2;
 	rg[1] = (kvl_range){50000, b, sizeof b};
 	ASSERT_CODE(kvl_store_get(s, kp, 1, rg, nr, got), KVL_OK);
-	ASSERT_EQ(got[0], sizeof a + sizeof b);
+	ASSERT_CODE(got[0], 0);
 	for (size_t i = 0; i < sizeof b; i++)
 		ASSERT_EQ(b[i], byte_of(0, 50000 + i));
 	rg[0] = (kvl_range){99999, a, 2};
@@ -361,7 +361,7 @@ static void test_objects(void **state)
 	ASSERT_EQ(ex[0], 0);
 	get_n(s, "objects", 3, 100000, got);
 	ASSERT_CODE(got[0], KVL_ENOTFOUND);
-	ASSERT_EQ(got[1], 100000);
+	ASSERT_CODE(got[1], 0);
 
 	kvl_store_stats st;
 	ASSERT_CODE(kvl_store_stats_get(s, &st), KVL_OK);
@@ -395,7 +395,7 @@ static void test_objects(void **state)
 	ASSERT_CODE(kvl_store_put(s, &kbp, 1, &bio, &one, res), KVL_OK);
 	ASSERT_CODE(res[0], KVL_PUT_STORED);
 	ASSERT_CODE(kvl_store_get(s, &kbp, 1, &brg, &one, got), KVL_OK);
-	ASSERT_EQ(got[0], big);
+	ASSERT_CODE(got[0], 0);
 	assert_memory_equal(bdst, bsrc, big);
 	ASSERT_CODE(kvl_store_remove(s, &kbp, 1, res), KVL_OK);
 	ASSERT_CODE(kvl_store_stats_get(s, &st), KVL_OK);
@@ -429,7 +429,7 @@ static void test_lease_expiry(void **state)
 	kvl_range rg[N];
 	size_t one[N];
 	int res[N];
-	int64_t got[N];
+	int got[N];
 	for (size_t i = 0; i < N; i++) {
 		key_of(keys[i], "lease", i);
 		kp[i] = keys[i];
@@ -446,7 +446,7 @@ static void test_lease_expiry(void **state)
 	ASSERT_CODE(kvl_store_get(s, kp, N, rg, one, got), KVL_OK);
 	size_t good = 0;
 	for (size_t i = 0; i < N; i++) {
-		if (got[i] == LEN) {
+		if (got[i] == 0) {
 			if (memcmp(dst + i * LEN, src + i * LEN, LEN))
 				fail_msg("key %zu: wrong bytes reported read", i);
 			good++;
@@ -492,18 +492,18 @@ static void test_eviction(void **state)
 	}
 	size_t present = 0, absent = 0;
 	for (size_t i = 0; i < N; i += 8) {
-		int64_t got[8];
+		int got[8];
 		char test[32];
 		snprintf(test, sizeof test, "evict%zu", i);
 		get_n(s, test, 8, LEN, got);
 		for (int k = 0; k < 8; k++) {
 			if (got[k] == KVL_ENOTFOUND)
 				absent++;
-			else if (got[k] == LEN)
+			else if (got[k] == 0)
 				present++;
 			else
 				fail_msg("get %zu: %s", i + k,
-				         kvl_err_name((int)got[k]));
+				         kvl_err_name(got[k]));
 		}
 	}
 	printf("eviction: %zu stored, %zu refused (full); then %zu present, "
@@ -522,7 +522,7 @@ static void test_holder_dies(void **state)
 	NEED_DEPLOYMENT();
 	kvl_store *s = open_ok(deployment());
 	int res[8];
-	int64_t got[8];
+	int got[8];
 	put_n(s, "holder", 8, 256 << 10, res);
 	for (int i = 0; i < 8; i++)
 		ASSERT_CODE(res[i], KVL_PUT_STORED);
@@ -548,7 +548,7 @@ static void test_holder_dies(void **state)
 			fail_msg("get %d after its holder died: %lld bytes", i,
 			         (long long)got[i]);
 	printf("holder died: reads fail with %s after %.1f s (%s)\n",
-	       kvl_err_name((int)got[0]), now_s() - t, kvl_store_errmsg(s));
+	       kvl_err_name(got[0]), now_s() - t, kvl_store_errmsg(s));
 	ctl("start-holder");
 	/* Puts may still be placed on the dead holder's memory until the
 	 * master drops it (its client TTL, 10 s by default); then all land
@@ -579,7 +579,7 @@ static void test_master_dies(void **state)
 	NEED_DEPLOYMENT();
 	kvl_store *s = open_ok(deployment());
 	int res[4];
-	int64_t got[4];
+	int got[4];
 	put_n(s, "master", 4, 65536, res);
 	engine e;
 	engine_open(&e, s, "master-test");
@@ -589,7 +589,7 @@ static void test_master_dies(void **state)
 	ctl("stop-master");
 	double t = now_s();
 	size_t prefix = 99;
-	ASSERT_CODE(kvl_linker_lookup(e.lk, h, 4, NULL, NULL, &prefix),
+	ASSERT_CODE(kvl_linker_lookup(e.lk, h, 4, NULL, &prefix),
 	            KVL_EIO);
 	int wait;
 	kvl_completion c = engine_load(&e, h, 4, 2, &wait);
@@ -597,7 +597,7 @@ static void test_master_dies(void **state)
 	ASSERT_EQ(c.valid_pages, 0);
 	pages_of(h, 4, 3);
 	const size_t slots[4] = {0, 1, 2, 3}, *sl[1] = {slots};
-	ASSERT_CODE(kvl_linker_offload(e.lk, 3, h, 4, NULL, sl), KVL_OK);
+	ASSERT_CODE(kvl_linker_offload(e.lk, 3, h, 4, sl, NULL), KVL_OK);
 	c = collect(e.lk, 3);
 	assert_true(c.status < 0);
 	ASSERT_EQ(c.valid_pages, 0);

@@ -204,7 +204,7 @@ static void eng_init(eng *e, size_t slots, kvl_store *s)
 			            0);
 		}
 	ASSERT_CODE(kvl_layout_finalize(e->l), 0);
-	int rc = kvl_linker_open(e->l, s, NULL, &e->lk, err, sizeof err);
+	int rc = kvl_linker_open(s, e->l, NULL, &e->lk, err, sizeof err);
 	if (rc)
 		fail_msg("kvl_linker_open: %s", err);
 }
@@ -300,7 +300,7 @@ static kvl_completion offload_all(eng *src, const kvl_hash *pages, size_t n,
 		eng_fill(src, i, &pages[i]);
 	}
 	const size_t *sp[1] = { slots };
-	ASSERT_CODE(kvl_linker_offload(src->lk, id, pages, n, NULL, sp), 0);
+	ASSERT_CODE(kvl_linker_offload(src->lk, id, pages, n, sp, NULL), 0);
 	ASSERT_CODE(kvl_linker_flush(src->lk, 20000), 0);
 	kvl_completion c = wait_done(src->lk, id);
 	free(slots);
@@ -321,7 +321,7 @@ static int try_load(eng *dst, const kvl_hash *pages, size_t n, uint64_t id,
 	memset(dst->mem, 0xee, (size_t)E_LAYERS * 2 * dst->slots * E_COMP);
 	const size_t *sp[1] = { slots };
 	uint64_t batch;
-	int rc = kvl_linker_load(dst->lk, id, pages, n, NULL, sp);
+	int rc = kvl_linker_load(dst->lk, id, pages, n, sp);
 	if (rc == 0)
 		rc = kvl_linker_start(dst->lk, &batch);
 	if (rc) {
@@ -383,21 +383,21 @@ static void test_standalone_ops(void **state)
 	kvl_range rg[] = { { 50000, d + 50000, 50000 }, { 7, d + 7, 0 },
 		           { 0, d, 50000 } };
 	size_t nr = 3;
-	int64_t gr = 99;
+	int gr = 99;
 	ASSERT_CODE(kvl_store_get(s, &k, 1, rg, &nr, &gr), 0);
-	ASSERT_EQ(gr, len);
+	ASSERT_CODE(gr, 0);
 	assert_memory_equal(d, a, len);
 	/* Ranges far apart: read with more than one GETRANGE. */
 	kvl_range far[] = { { 1, d, 1 }, { len - 2, d + 1, 2 } };
 	nr = 2;
 	ASSERT_CODE(kvl_store_get(s, &k, 1, far, &nr, &gr), 0);
-	ASSERT_EQ(gr, 3);
+	ASSERT_CODE(gr, 0);
 	ASSERT_EQ(d[0], a[1]);
 	ASSERT_EQ(d[2], a[len - 1]);
 	/* Overlapping ranges. */
 	kvl_range ov[] = { { 0, d, 1000 }, { 500, d + 2000, 1000 } };
 	ASSERT_CODE(kvl_store_get(s, &k, 1, ov, &nr, &gr), 0);
-	ASSERT_EQ(gr, 2000);
+	ASSERT_CODE(gr, 0);
 	assert_memory_equal(d, a, 1000);
 	assert_memory_equal(d + 2000, a + 500, 1000);
 	ASSERT_CODE(get1(s, k, len, d, 1), KVL_ERANGE);
@@ -427,7 +427,7 @@ static void test_standalone_ops(void **state)
 		kvl_range rr[N];
 		size_t one[N];
 		int res[N];
-		int64_t res64[N];
+		int res64[N];
 		for (int i = 0; i < N; i++) {
 			snprintf(kb[i], sizeof kb[i], "inf/%02d", i);
 			ks[i] = kb[i];
@@ -442,7 +442,7 @@ static void test_standalone_ops(void **state)
 		memset(d, 0, len);
 		ASSERT_CODE(kvl_store_get(s, ks, N, rr, one, res64), 0);
 		for (int i = 0; i < N; i++)
-			ASSERT_EQ(res64[i], 4000);
+			ASSERT_CODE(res64[i], 0);
 		assert_memory_equal(d, a, N * 4000);
 		ASSERT_CODE(kvl_store_remove(s, ks, N, res), 0);
 	}
@@ -511,7 +511,7 @@ static void linker_roundtrip(const char *uri, uint64_t seed)
 	ASSERT_CODE(c.status, 0);
 	ASSERT_EQ(c.valid_pages, n);
 	size_t prefix = 99;
-	ASSERT_CODE(kvl_linker_lookup(dst.lk, pages, n, NULL, NULL, &prefix),
+	ASSERT_CODE(kvl_linker_lookup(dst.lk, pages, n, NULL, &prefix),
 	            0);
 	ASSERT_EQ(prefix, n);
 	int wrong = 0;
@@ -728,7 +728,7 @@ static void test_eviction(void **state)
 	kvl_completion c = offload_all(&a, pages, 12, 1);
 	ASSERT_CODE(c.status, 0);
 	size_t prefix = 0;
-	ASSERT_CODE(kvl_linker_lookup(b.lk, pages, 12, NULL, NULL, &prefix), 0);
+	ASSERT_CODE(kvl_linker_lookup(b.lk, pages, 12, NULL, &prefix), 0);
 	ASSERT_EQ(prefix, 12);
 	for (size_t i = 0; i < n; i++) { /* push them out */
 		snprintf(key, sizeof key, "ev/%02zu", i);
@@ -816,7 +816,7 @@ static void test_cluster_ops(void **state)
 	kvl_range *rg = malloc(N * sizeof *rg);
 	size_t *cnt = malloc(N * sizeof *cnt);
 	int *res = malloc(N * sizeof *res);
-	int64_t *res64 = malloc(N * sizeof *res64);
+	int *res64 = malloc(N * sizeof *res64);
 	uint8_t *src = pattern(N * len, 5), *d = calloc(N, len);
 	assert_true(keys && kp && iov && rg && cnt && res && res64 && d);
 	for (int i = 0; i < N; i++) {
@@ -841,7 +841,7 @@ static void test_cluster_ops(void **state)
 		ASSERT_EQ(res[i], 1);
 	ASSERT_CODE(kvl_store_get(s, kp, N, rg, cnt, res64), 0);
 	for (int i = 0; i < N; i++)
-		ASSERT_EQ(res64[i], len);
+		ASSERT_CODE(res64[i], 0);
 	assert_memory_equal(d, src, N * len);
 	kvl_store_stats st;
 	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);

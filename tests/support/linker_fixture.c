@@ -62,8 +62,14 @@ void host_free(host *h)
 
 void make_pages(kvl_hash *out, size_t n, uint64_t seed)
 {
+	make_pages_in(out, n, seed, NULL);
+}
+
+void make_pages_in(kvl_hash *out, size_t n, uint64_t seed,
+                   const kvl_hash *prior)
+{
 	ASSERT_TRUE(n <= MAXP);
-	hash_chain(out, n, seed * 1000003, 16);
+	hash_chain(out, n, seed * 1000003, 16, prior);
 }
 
 kvl_hash make_seed(const char *salt)
@@ -156,35 +162,29 @@ kvl_linker *open_lk(const host *h, kvl_store *s, const kvl_linker_opts *o)
 {
 	kvl_linker *lk = NULL;
 	char err[256] = "";
-	ASSERT_RC(err, kvl_linker_open(h->l, s, o, &lk, err, sizeof err),
+	ASSERT_RC(err, kvl_linker_open(s, h->l, o, &lk, err, sizeof err),
 	          KVL_OK);
 	ASSERT_TRUE(lk != NULL);
 	return lk;
 }
 
-void key_of(const host *h, int pool, const kvl_hash *page, const kvl_hash *ns,
-            char *key)
+void key_of(const host *h, int pool, const kvl_hash *page, char *key)
 {
-	kvl_hash x = *page;
-	for (int i = 0; ns && i < KVL_HASH_BYTES; i++)
-		x.bytes[i] ^= ns->bytes[i];
-	ASSERT_RC(h->l, kvl_layout_key(h->l, pool, &x, key, KVL_KEY_MAX),
+	ASSERT_RC(h->l, kvl_layout_key(h->l, pool, page, key, KVL_KEY_MAX),
 	          KVL_OK);
 }
 
-void remove_page(kvl_store *s, const host *h, int pool, const kvl_hash *page,
-                 const kvl_hash *ns)
+void remove_page(kvl_store *s, const host *h, int pool, const kvl_hash *page)
 {
 	char key[KVL_KEY_MAX];
-	key_of(h, pool, page, ns, key);
+	key_of(h, pool, page, key);
 	ASSERT_EQ_MSG(remove1(s, key), 1, "remove %s", key);
 }
 
-int page_present(kvl_store *s, const host *h, int pool, const kvl_hash *page,
-                 const kvl_hash *ns)
+int page_present(kvl_store *s, const host *h, int pool, const kvl_hash *page)
 {
 	char key[KVL_KEY_MAX];
-	key_of(h, pool, page, ns, key);
+	key_of(h, pool, page, key);
 	int res = exists1(s, key);
 	ASSERT_TRUE_MSG(res == 0 || res == 1, "exists %s: %s", key,
 	                kvl_err_name(res));
@@ -263,19 +263,20 @@ void expect_completion(const kvl_completion *c, kvl_req_kind kind, int status,
 	ASSERT_EQ_MSG(c->n_pages, n, "id %llu", id);
 }
 
-kvl_completion offload_sync(kvl_linker *lk, uint64_t id, const req *r,
-                            const kvl_hash *ns)
+kvl_completion offload_sync(kvl_linker *lk, uint64_t id, const req *r)
 {
-	ASSERT_RC(lk, kvl_linker_offload(lk, id, r->pages, r->n, ns, r->sp),
+	ASSERT_RC(lk, kvl_linker_offload(lk, id, r->pages, r->n,
+	                                 (const size_t *const *)r->sp, NULL),
 	          KVL_OK);
 	ASSERT_RC(lk, kvl_linker_flush(lk, LONG_MS), KVL_OK);
 	return collect1(lk, id);
 }
 
 kvl_completion load_sync(kvl_linker *lk, uint64_t id, const req *r,
-                         const kvl_hash *ns, int *waits)
+                         int *waits)
 {
-	ASSERT_RC(lk, kvl_linker_load(lk, id, r->pages, r->n, ns, r->sp),
+	ASSERT_RC(lk, kvl_linker_load(lk, id, r->pages, r->n,
+	                              (const size_t *const *)r->sp),
 	          KVL_OK);
 	uint64_t b = 0;
 	ASSERT_RC(lk, kvl_linker_start(lk, &b), KVL_OK);
@@ -291,10 +292,10 @@ kvl_completion load_sync(kvl_linker *lk, uint64_t id, const req *r,
 }
 
 size_t lookup(kvl_linker *lk, const kvl_hash *pages, size_t n,
-              const kvl_hash *ns, const uint8_t *const *pool_pages)
+              const uint8_t *const *pool_pages)
 {
 	size_t prefix = 12345;
-	ASSERT_RC(lk, kvl_linker_lookup(lk, pages, n, ns, pool_pages, &prefix),
+	ASSERT_RC(lk, kvl_linker_lookup(lk, pages, n, pool_pages, &prefix),
 	          KVL_OK);
 	return prefix;
 }

@@ -78,6 +78,9 @@ void host_free(host *h);
 
 /* n (<= MAXP) distinct page hashes, a chain over `seed`'s tokens. */
 void make_pages(kvl_hash *out, size_t n, uint64_t seed);
+/* The same pages in the namespace of `prior` (a seed, or NULL). */
+void make_pages_in(kvl_hash *out, size_t n, uint64_t seed,
+                   const kvl_hash *prior);
 
 /* The namespace seed of `salt`. */
 kvl_hash make_seed(const char *salt);
@@ -118,17 +121,14 @@ int slot_untouched(const host *h, int pool, size_t slot, uint32_t min_layer);
 
 kvl_linker *open_lk(const host *h, kvl_store *s, const kvl_linker_opts *o);
 
-/* The store key of `page` (⊕ ns) in pool `pool` of h. */
-void key_of(const host *h, int pool, const kvl_hash *page, const kvl_hash *ns,
-            char *key);
+/* The store key of `page` in pool `pool` of h. */
+void key_of(const host *h, int pool, const kvl_hash *page, char *key);
 
 /* Removes `page`'s object of `pool` (asserting it was there). */
-void remove_page(kvl_store *s, const host *h, int pool, const kvl_hash *page,
-                 const kvl_hash *ns);
+void remove_page(kvl_store *s, const host *h, int pool, const kvl_hash *page);
 
 /* 1 when `page`'s object of `pool` is in the store, else 0. */
-int page_present(kvl_store *s, const host *h, int pool, const kvl_hash *page,
-                 const kvl_hash *ns);
+int page_present(kvl_store *s, const host *h, int pool, const kvl_hash *page);
 
 /* --------------------------------------------------------- completions */
 
@@ -145,17 +145,16 @@ void expect_completion(const kvl_completion *c, kvl_req_kind kind, int status,
                        size_t valid, size_t n);
 
 /* Offloads r from lk, flushes and returns its completion. */
-kvl_completion offload_sync(kvl_linker *lk, uint64_t id, const req *r,
-                            const kvl_hash *ns);
+kvl_completion offload_sync(kvl_linker *lk, uint64_t id, const req *r);
 
 /* Loads r as the only request of a batch; waits every layer in order into
  * waits[] (may be NULL) and returns the completion. */
 kvl_completion load_sync(kvl_linker *lk, uint64_t id, const req *r,
-                         const kvl_hash *ns, int *waits);
+                         int *waits);
 
 /* kvl_linker_lookup, asserted to succeed: the prefix. */
 size_t lookup(kvl_linker *lk, const kvl_hash *pages, size_t n,
-              const kvl_hash *ns, const uint8_t *const *pool_pages);
+              const uint8_t *const *pool_pages);
 
 /* Skips the running cmocka test when this build has no fault store. */
 #define NEED_FAULT_STORE()                                                 \

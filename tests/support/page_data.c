@@ -11,7 +11,7 @@
 #include "page_data.h"
 
 void hash_chain(kvl_hash *out, size_t n, uint64_t first_token,
-                uint32_t page_tokens)
+                uint32_t page_tokens, const kvl_hash *prior)
 {
 	size_t n_tok = n * page_tokens;
 	uint64_t *tokens = malloc((n_tok ? n_tok : 1) * sizeof *tokens);
@@ -19,7 +19,7 @@ void hash_chain(kvl_hash *out, size_t n, uint64_t first_token,
 	for (size_t i = 0; i < n_tok; i++)
 		tokens[i] = first_token + i;
 	size_t got = 0;
-	ASSERT_CODE(kvl_hash_pages(tokens, n_tok, page_tokens, NULL, out, n,
+	ASSERT_CODE(kvl_hash_pages(tokens, n_tok, page_tokens, prior, out, n,
 	                           &got),
 	            KVL_OK);
 	ASSERT_EQ(got, n);

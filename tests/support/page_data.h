@@ -30,9 +30,10 @@ typedef struct page_buf {
 } page_buf;
 
 /* n page hashes (any n) of the prompt first_token, first_token + 1, …,
- * page_tokens tokens a page; asserts that kvl_hash_pages made all n. */
+ * page_tokens tokens a page, chained after `prior` (a namespace seed, or
+ * NULL); asserts that kvl_hash_pages made all n. */
 void hash_chain(kvl_hash *out, size_t n, uint64_t first_token,
-                uint32_t page_tokens);
+                uint32_t page_tokens, const kvl_hash *prior);
 
 /* The namespace seed of one salt (kvl_namespace_seed), asserted. */
 kvl_hash ns_seed(const char *salt);

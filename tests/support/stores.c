@@ -101,9 +101,11 @@ static int64_t get_one(int whole, kvl_store *s, const char *key, uint64_t off,
 {
 	kvl_range r = {off, dst, len};
 	size_t nr = 1;
-	int64_t res = 12345;
+	int res = 12345;
 	int rc = kvl_store_get(s, &key, 1, &r, &nr, &res);
-	return one_result(whole, rc, res, "kvl_store_get", s, key);
+	/* A key read whole is every byte asked: say how many. */
+	return one_result(whole, rc, res == 0 ? (int64_t)len : res,
+	                  "kvl_store_get", s, key);
 }
 
 static int exists_one(int whole, kvl_store *s, const char *key)

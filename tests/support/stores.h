@@ -41,8 +41,9 @@ void open_fails(const char *uri, int code, const char *needle);
 kvl_store_stats store_stats(kvl_store *s);
 
 /* One-key calls: each asserts that the call itself returned 0 and returns
- * the key's result (put: a KVL_PUT_* or a code; get: the bytes read or a
- * code; exists: 1, 0 or a code; remove: 1, 0 or a code). get1 reads `len`
+ * the key's result (put: a KVL_PUT_* or a code; get: `len`, the bytes
+ * read, when kvl_store_get read the key, or a code; exists: 1, 0 or a
+ * code; remove: 1, 0 or a code). get1 reads `len`
  * bytes from offset `off` into dst. */
 int put1(kvl_store *s, const char *key, const void *data, size_t len);
 int64_t get1(kvl_store *s, const char *key, uint64_t off, void *dst,
