@@ -1,7 +1,8 @@
 /*
- * fuzz_obj_header.c — libFuzzer target: the object header decoder
- * (kvl__obj_header_check, kvl__obj_layer_ok) on arbitrary bytes, and the
- * whole read path of a stored page (kvl_pages_get) over damaged objects.
+ * fuzz_obj_header.c — libFuzzer target: the page codec's object header
+ * decoder (kvl__obj_header_check, kvl__obj_layer_ok) on arbitrary bytes,
+ * and its one read check (kvl__read_check, what every load path of the
+ * linker runs) over damaged objects, through kvl_pages_get and directly.
  *
  * Input byte 0 picks the mode:
  *
@@ -22,7 +23,9 @@
  *        is 0 the stored object covers the layers read and the
  *        destination slot holds exactly its payload bytes of those layers
  *        (a truncated object may still serve the layers it holds whole);
- *        nothing outside the slot is written.
+ *        nothing outside the slot is written; and kvl__read_check over
+ *        the damaged object's bytes in memory (as the GPU load paths
+ *        check a ring or a store's view) gives the same verdict.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -224,9 +227,9 @@ static void stored_page(const uint8_t *d, size_t n)
 	CHECK(obj);
 	kvl_range rg = {.offset = 0, .addr = obj, .len = osize};
 	size_t one = 1;
-	int64_t got = -100;
+	int got = -100;
 	CHECK(kvl_store_get(f->st, &kp, 1, &rg, &one, &got) == 0);
-	CHECK(got == (int64_t)osize);
+	CHECK(got == 0);
 	size_t len = resize ? new_len : osize;
 	for (size_t i = 0; i + 3 <= n; i += 3) {
 		size_t off = (size_t)(d[i] | d[i + 1] << 8);
@@ -248,6 +251,24 @@ static void stored_page(const uint8_t *d, size_t n)
 	CHECK(kvl_pages_get(f->st, f->l, pool, &page, &slot, 1, layer,
 	                    &res) == 0);
 	CHECK(res == 0 || res == KVL_ECORRUPT || res == KVL_ENOTFOUND);
+	/* The same object checked as the GPU paths check it, its bytes
+	 * contiguous in memory (a ring or a store's view), with the same
+	 * layers read: the verdict is the same. */
+	if (res != KVL_ENOTFOUND) {
+		const kvl__pool *p = &f->l->pools[pool];
+		kvl__read rd = kvl__read_plan(
+			p, layer == KVL_ALL_LAYERS ? NULL : kvl__pool_layer(p, layer),
+			0);
+		rd.header = 1;
+		int result = len < p->header_size || len < rd.offset + rd.span
+		                     ? KVL_ERANGE
+		                     : 0;
+		const char *why = NULL;
+		int rc = kvl__read_check(p, &page, &rd, result, obj,
+		                         obj + rd.offset, 0, 1, &why);
+		CHECK(rc == res);
+		CHECK(rc == 0 || (why && why[0]));
+	}
 	if (res == 0) {
 		/* The header is intact: the object is this page's. */
 		size_t hsize = 0;

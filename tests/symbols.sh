@@ -1,0 +1,27 @@
+#!/bin/sh
+# symbols.sh LIB HEADER — the shared library exports exactly the functions
+# that HEADER declares with KVL_API: no internal kvl__ symbol, nothing
+# else, and none missing. Exits 77 (skipped) without nm.
+lib=$1
+hdr=$2
+command -v nm >/dev/null 2>&1 || { echo "SKIP: no nm"; exit 77; }
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+nm -D --defined-only "$lib" | awk '$2 ~ /^[TDBRVW]$/ {print $3}' |
+	sort -u >"$tmp/exported"
+# A declaration may span lines; its name is the identifier before '('.
+grep -v '^#' "$hdr" | tr '\n' ' ' | grep -o 'KVL_API [^;(]*(' |
+	sed 's/($//; s/.*[ *]//' | sort -u >"$tmp/declared"
+n_exp=$(wc -l <"$tmp/exported")
+n_dec=$(wc -l <"$tmp/declared")
+if [ "$n_dec" -lt 50 ]; then
+	echo "FAIL: only $n_dec KVL_API functions found in $hdr"
+	exit 1
+fi
+if ! cmp -s "$tmp/exported" "$tmp/declared"; then
+	echo "FAIL: exported symbols of $lib differ from the KVL_API functions of $hdr"
+	echo "(< exported only, > declared only)"
+	diff "$tmp/exported" "$tmp/declared" | grep '^[<>]'
+	exit 1
+fi
+echo "ok: $n_exp exported symbols, each a KVL_API function of kvlink.h"
