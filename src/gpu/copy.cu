@@ -1,5 +1,5 @@
 /*
- * cuda_copy.cu — the gather kernel and the copier around it (see cuda.h).
+ * copy.cu — the gather kernel and the copier around it (see cuda.h).
  *
  * A copier owns a non-blocking stream, `n_events` events that the linker
  * records per layer, and a ring of KVL_COPIER_LISTS chunk lists in pinned
@@ -90,23 +90,6 @@ extern "C" void kvl__cuda_dev_free(void *p)
 {
 	if (p)
 		cudaFree(p);
-}
-
-extern "C" int kvl__cuda_copy(void *dst, const void *src, size_t len)
-{
-	return ok(cudaMemcpy(dst, src, len, cudaMemcpyDefault)) ? 0 : -1;
-}
-
-extern "C" int kvl__cuda_kernel_can_read(const void *p)
-{
-	cudaPointerAttributes a;
-	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-		cudaGetLastError(); /* clear: unregistered host memory */
-		return 0;
-	}
-	return a.type == cudaMemoryTypeDevice ||
-	       a.type == cudaMemoryTypeManaged ||
-	       (a.type == cudaMemoryTypeHost && a.devicePointer == p);
 }
 
 /* One team of TEAM threads copies chunk c, each thread issuing UNROLL

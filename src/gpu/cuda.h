@@ -33,14 +33,9 @@ int kvl__cuda_usable(void);
  * or NULL. */
 void *kvl__cuda_host_alloc(size_t len);
 void kvl__cuda_host_free(void *p);
-/* Device memory on device 0 for tools and tests, and a synchronous copy in
- * any direction (0 or -1). */
+/* Device memory on device 0, for tests. */
 void *kvl__cuda_dev_alloc(size_t len);
 void kvl__cuda_dev_free(void *p);
-int kvl__cuda_copy(void *dst, const void *src, size_t len);
-
-/* 1 if p points into pinned, mapped host memory or device memory. */
-int kvl__cuda_kernel_can_read(const void *p);
 
 typedef struct kvl__copier kvl__copier;
 

@@ -1,6 +1,6 @@
 /*
- * device.c — GPU memory for the tool and tests (see device.h): the one place
- * that turns "no CUDA in this build" into plain failures.
+ * device.c — the one place that turns "no CUDA in this build" into plain
+ * failures (device.h).
  */
 #include "gpu/device.h"
 #include "kvl_config.h"
@@ -15,25 +15,6 @@ int kvl__dev_usable(void)
 	return kvl__cuda_usable();
 #else
 	return 0;
-#endif
-}
-
-void *kvl__dev_alloc(size_t len)
-{
-#if KVL_HAVE_CUDA
-	return kvl__cuda_usable() ? kvl__cuda_dev_alloc(len) : NULL;
-#else
-	(void)len;
-	return NULL;
-#endif
-}
-
-void kvl__dev_free(void *p)
-{
-#if KVL_HAVE_CUDA
-	kvl__cuda_dev_free(p);
-#else
-	(void)p;
 #endif
 }
 
@@ -53,17 +34,5 @@ void kvl__dev_host_free(void *p)
 	kvl__cuda_host_free(p);
 #else
 	(void)p;
-#endif
-}
-
-int kvl__dev_copy(void *dst, const void *src, size_t len)
-{
-#if KVL_HAVE_CUDA
-	return kvl__cuda_copy(dst, src, len) ? KVL_EIO : 0;
-#else
-	(void)dst;
-	(void)src;
-	(void)len;
-	return KVL_ENOTSUP;
 #endif
 }

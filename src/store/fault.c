@@ -1,5 +1,5 @@
 /*
- * store_fault.c — the fault-injection store (scheme "fault+<inner>"): a
+ * fault.c — the fault-injection store (scheme "fault+<inner>"): a
  * wrapper around any other store that makes its calls fail, corrupt, vanish
  * or stall on demand, so that every failure path of kvlink can be exercised.
  *

@@ -1,7 +1,7 @@
 /*
- * store_fault.h — control of the fault-injection store (internal).
+ * fault.h — control of the fault-injection store (internal).
  *
- * A store opened as "fault+<inner URI>" (see store_fault.c) wraps another
+ * A store opened as "fault+<inner URI>" (see fault.c) wraps another
  * store and injects failures into its calls. Tests and tools read and change
  * its configuration at run time and read what it injected through the
  * functions below. They are not part of the public API: they link only from
