@@ -18,7 +18,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "store/store.h"
+#include "store/uri.h"
 
 #define CHECK(cond)                                                          \
 	do {                                                                 \

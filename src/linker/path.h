@@ -26,7 +26,6 @@
 #include "linker/linker.h"
 
 typedef struct lk_path {
-	const char *name;
 	/* Allocates the path's state in lk (its pools are those whose
 	 * pool_path is this path). The message goes to errbuf. */
 	int (*open)(kvl_linker *lk, char *errbuf, size_t errlen);

@@ -120,7 +120,6 @@ static void host_offload(kvl_linker *lk, lk_req *r, lk_item **items,
 }
 
 const lk_path kvl__lk_path_host = {
-	.name = "host",
 	.open = host_open,
 	.close = host_close,
 	.load_layer = host_load_layer,

@@ -166,7 +166,6 @@ static int ring_open(kvl_linker *lk, char *errbuf, size_t errlen)
 }
 
 const lk_path kvl__lk_path_ring = {
-	.name = "gpu-ring",
 	.open = ring_open,
 	.close = kvl__lk_gpu_close,
 	.load_layer = ring_load_layer,

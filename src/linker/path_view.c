@@ -242,7 +242,6 @@ static int view_open(kvl_linker *lk, char *errbuf, size_t errlen)
 }
 
 const lk_path kvl__lk_path_view = {
-	.name = "gpu-view",
 	.open = view_open,
 	.close = kvl__lk_gpu_close,
 	.load_layer = view_load_layer,
