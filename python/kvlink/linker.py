@@ -164,6 +164,12 @@ class Linker(Closable):
                  max_requests: int = 0, max_request_pages: int = 0,
                  io_batch: int = 0, allreduce: Optional[AllReduce] = None):
         self._h = _lib.LinkerP()
+        for what, obj, cls in (("layout", layout, Layout),
+                               ("store", store, Store)):
+            if not isinstance(obj, cls):
+                raise TypeError(f"Linker(layout, store): {what} must be a "
+                                f"kvlink.{cls.__name__}, got "
+                                f"{type(obj).__name__}")
         self._layout = layout
         self._store = store
         self._allreduce_obj = allreduce

@@ -101,8 +101,8 @@ def test_keys_and_fingerprints():
     assert b.fingerprint("kv") != fp  # another model tag never shares keys
     # A namespace (a seed as prior) hashes the page, and so keys it,
     # differently: its key is that of its own hash.
-    ns = kvl.namespace_seed("t")
-    seeded = kvl.hash_pages(list(range(PAGE_SIZE)), PAGE_SIZE, prior=ns)[0]
+    seed = kvl.namespace_seed("t")
+    seeded = kvl.hash_pages(list(range(PAGE_SIZE)), PAGE_SIZE, prior=seed)[0]
     assert seeded != page
     assert a.key("kv", seeded) == \
         f"kvl1:pytest/f32:{fp}:{seeded.hex()}:kv:tp0_cp0_pp0"

@@ -168,6 +168,10 @@ def test_argument_errors(engines):
         dst.lk.wait(12345, 0)
     with pytest.raises(kvl.InvalidArgument, match="finalized"):
         kvl.Linker(kvl.Layout("unfinalized", 4), dst.lk.store)
+    with pytest.raises(TypeError, match="layout must be a kvlink.Layout"):
+        kvl.Linker(dst.lk.store, dst.lk.layout)  # C's order: store first
+    with pytest.raises(TypeError, match="store must be a kvlink.Store"):
+        kvl.Linker(dst.lk.layout, "mem:")
     src.lk.flush(timeout=T)
     b = dst.lk.start()
     dst.lk.wait(b, LAYERS - 1, timeout=T)
