@@ -263,7 +263,7 @@ def phase_a(args, dtype, workdir):
     if pool_kind == "cuda":
         ev = torch.cuda.Event()
         ev.record()  # after the copies into the pool
-        lk.offload_after(1, pages, slots, ev)
+        lk.offload(1, pages, slots, event=ev)
     else:
         lk.offload(1, pages, slots)
     lk.flush(timeout=60)

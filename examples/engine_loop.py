@@ -144,7 +144,7 @@ def main():
 
     # ---- 2. offload A's pages in the background --------------------------
     id_a = eng.request_id()
-    b.sync()  # on a GPU: or lk.offload_after(…, event) with a CUDA event
+    b.sync()  # on a GPU: or lk.offload(…, event=ev) with a CUDA event
     lk.offload(id_a, pages_a, slots_a)
     lk.flush(timeout=10)
     done = lk.poll_until([id_a], timeout=10)[id_a]

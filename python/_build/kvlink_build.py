@@ -14,6 +14,12 @@ it as ``kvlink/libkvlink.so``, where the package looks first after
 the wheel is ``py3-none-any`` and the library is found at run time
 (``$KVLINK_LIBRARY``, ``ldconfig``, or a source checkout's build/).
 
+The version is not written in pyproject.toml (it lists it as dynamic): it is
+kvlink's, read from the KVL_VERSION_* macros of ../include/kvlink.h when
+building from a source checkout, and from PKG-INFO when building from an
+sdist (which carries no header; build_sdist writes the header's version
+into its PKG-INFO).
+
 Hooks: build_wheel, build_sdist, build_editable (a ``.pth`` pointing at this
 directory), and the prepare_metadata / get_requires variants.
 """
@@ -32,25 +38,81 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "kvlink"
+# The C library's header, in a source checkout (python/ is ROOT).
+HEADER = os.path.join(os.path.dirname(ROOT), "include", "kvlink.h")
+PKG_INFO = os.path.join(ROOT, "PKG-INFO")
 
 
 def _project():
-    """name, version, description, requires-python from pyproject.toml."""
+    """name, description, requires-python, … from pyproject.toml."""
     path = os.path.join(ROOT, "pyproject.toml")
     with open(path, "rb") as f:
         raw = f.read()
     try:
         import tomllib  # Python 3.11+
         proj = tomllib.loads(raw.decode())["project"]
-    except ImportError:  # a minimal reader for the [project] strings used
+    except ImportError:  # a minimal reader of the [project] fields used
         text = raw.decode()
         body = text.split("[project]", 1)[1].split("\n[", 1)[0]
         proj = dict(re.findall(r'^([\w-]+)\s*=\s*"([^"]*)"', body, re.M))
+        m = re.search(r'^dynamic\s*=\s*\[([^\]]*)\]', body, re.M)
+        if m:
+            proj["dynamic"] = re.findall(r'"([^"]*)"', m.group(1))
+    if "version" in proj:
+        raise ValueError(f"kvlink_build: {path}: [project] sets version "
+                         f"{proj['version']!r} by hand; kvlink's version "
+                         f"comes from include/kvlink.h (declare dynamic = "
+                         f"[\"version\"])")
+    dynamic = proj.get("dynamic")
+    if isinstance(dynamic, list) and "version" not in dynamic:
+        raise ValueError(f"kvlink_build: {path}: [project] must list "
+                         f"\"version\" in dynamic (it comes from "
+                         f"include/kvlink.h)")
     return proj
 
 
+def _header_version(path):
+    """MAJOR.MINOR.PATCH from kvlink.h's KVL_VERSION_* macros."""
+    with open(path) as f:
+        text = f.read()
+    parts = []
+    for part in ("MAJOR", "MINOR", "PATCH"):
+        m = re.search(rf"^\s*#\s*define\s+KVL_VERSION_{part}\s+(\d+)\s*$",
+                      text, re.M)
+        if not m:
+            raise ValueError(f"kvlink_build: {path} has no "
+                             f"KVL_VERSION_{part}")
+        parts.append(str(int(m.group(1))))
+    return ".".join(parts)
+
+
+def _pkg_info_version(path):
+    """The Version field of an sdist's PKG-INFO."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                break  # the headers end; the description follows
+            if line.lower().startswith("version:"):
+                return line.split(":", 1)[1].strip()
+    raise ValueError(f"kvlink_build: {path} has no Version field")
+
+
+def version():
+    """kvlink's version: from PKG-INFO when building from an sdist, else
+    from ../include/kvlink.h when building from a source checkout."""
+    if os.path.isfile(PKG_INFO):
+        return _pkg_info_version(PKG_INFO)
+    if os.path.isfile(HEADER):
+        return _header_version(HEADER)
+    raise FileNotFoundError(
+        f"kvlink_build: cannot tell kvlink's version: neither {PKG_INFO} "
+        f"(an sdist) nor {HEADER} (a source checkout) exists; build from a "
+        f"kvlink checkout's python/ directory or from its sdist")
+
+
 def _metadata():
-    p = _project()
+    p = dict(_project())
+    p["version"] = version()
     lines = [
         "Metadata-Version: 2.1",
         f"Name: {p['name']}",

@@ -2,12 +2,14 @@
 
 Python bindings (ctypes) over libkvlink's C API (include/kvlink.h):
 
-- :func:`hash_pages`, :func:`namespace_seed` — 32-byte chained page hashes;
+- :func:`hash_pages`, :func:`namespace_seed` — 32-byte chained page hashes,
+  in a tenant's namespace with ``prior=namespace_seed(...)``;
 - :class:`Layout` — the engine's page pools (numpy arrays, torch tensors or
   raw addresses), with :meth:`Layout.add_kv_cache` for a whole paged pool;
-- :class:`Store` — where objects live, opened by URI (``"mem:"``, …);
+- :class:`Store` — where objects live, opened by URI (``"mem:"``, …), with
+  :func:`parse_size` and :func:`mem_policy_names` for its options;
 - :class:`Linker` — lookup, layer-wise load/start/wait (CPU or CUDA stream),
-  offload, flush, poll, stats;
+  offload (after a CUDA event too), flush, poll, stats;
 - :class:`KvlinkError` and its subclasses — every failure, with kvlink's
   message.
 
@@ -26,22 +28,27 @@ from .errors import (AlreadyExists, Canceled, Closed, Corrupt, Full,
 from .hashes import hash_from_hex, hash_hex, hash_pages, namespace_seed
 from .layout import HitPolicy, Layout, MemKind, PoolInfo, Shard
 from .linker import (NO_SLOT, Completion, Linker, RankGroup, RequestKind)
-from .store import Store
+from .store import Store, mem_policy_names, parse_size
 
-__version__ = "0.1.0"
+#: The loaded library's version (kvl_version()), "MAJOR.MINOR.PATCH".
+__version__: str = _lib.version
 
 #: Path of the loaded libkvlink.
 library_path: str = _lib.path
 
 HASH_BYTES = _lib.KVL_HASH_BYTES
 
-#: Error codes by name, e.g. ``ERRORS["KVL_EINVAL"] == -1``.
+#: Error codes by name, e.g. ``ERRORS["KVL_EINVAL"] == -1``, as the loaded
+#: library reports them (kvl_err_name).
 ERRORS = dict(_lib.ERRNO)
+
+#: The library's error table: (name, code, message) for each code, -1 first.
+ERROR_TABLE = _lib.ERROR_TABLE
 
 
 def version() -> str:
-    """The loaded library's version, "MAJOR.MINOR.PATCH"."""
-    return _lib.lib.kvl_version().decode()
+    """The loaded library's version, "MAJOR.MINOR.PATCH" (= __version__)."""
+    return _lib.version
 
 
 def has_feature(name: str) -> bool:
@@ -64,9 +71,10 @@ __all__ = [
     "version", "has_feature", "strerror", "err_name", "library_path",
     "hash_pages", "namespace_seed", "hash_hex", "hash_from_hex",
     "Layout", "Shard", "MemKind", "HitPolicy", "PoolInfo",
-    "Store", "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",
+    "Store", "parse_size", "mem_policy_names",
+    "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
     "Closed", "NotSupported", "ParseError", "StateError", "error_class",
-    "ERRORS", "HASH_BYTES",
+    "ERRORS", "ERROR_TABLE", "HASH_BYTES",
 ]

@@ -5,6 +5,12 @@ constants and one prototype per function. Nothing else in the package talks to
 ctypes' function table directly; it goes through ``lib`` (the loaded library
 with prototypes set) and the names below.
 
+Nothing the library can say is copied by hand: the error table (names, codes,
+messages) is read from kvl_err_name / kvl_strerror at import, and the version
+from kvl_version. The numeric constants below cannot be asked for at run time;
+python/tests/test_header.py checks them, and every prototype, against
+include/kvlink.h.
+
 The library is found, in this order:
 
 1. the path in the environment variable ``KVLINK_LIBRARY`` (if set, it must
@@ -24,10 +30,14 @@ import ctypes
 import ctypes.util
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int,
-                    c_size_t, c_uint8, c_uint32, c_uint64, c_int64, c_void_p)
+                    c_size_t, c_uint8, c_uint32, c_uint64, c_void_p)
+from typing import NamedTuple, Tuple
 
 # ------------------------------------------------------------------ constants
 
+# #defines and enum members of kvlink.h (python/tests/test_header.py compares
+# them with the header). The error codes are not here: see ERROR_TABLE below.
+KVL_OK = 0
 KVL_HASH_BYTES = 32
 KVL_HASH_HEX_LEN = 64
 KVL_LAYOUT_ALIGN = 8
@@ -49,24 +59,6 @@ KVL_REQ_LOAD = 1
 KVL_REQ_OFFLOAD = 2
 KVL_STATS_PROMETHEUS = 0
 KVL_STATS_JSON = 1
-
-# The error table of kvlink.h (KVL_ERRNO_MAP).
-KVL_EINVAL = -1
-KVL_ENOMEM = -2
-KVL_ENOTFOUND = -3
-KVL_ERANGE = -4
-KVL_EEXIST = -5
-KVL_EIO = -6
-KVL_ECORRUPT = -7
-KVL_ETIMEDOUT = -8
-KVL_ECANCELED = -9
-KVL_EFULL = -10
-KVL_ECLOSED = -11
-KVL_ENOTSUP = -12
-KVL_EPARSE = -13
-KVL_ESTATE = -14
-ERRNO = {name: value for name, value in globals().items()
-         if name.startswith("KVL_E") and isinstance(value, int)}
 
 # -------------------------------------------------------------------- records
 
@@ -155,132 +147,119 @@ c_size_t_p = POINTER(c_size_t)
 
 # ----------------------------------------------------------------- prototypes
 
-# name: (restype, argtypes, required). Optional functions may be absent from
-# an older library; calling them then raises NotSupported.
+# name: (restype, argtypes), in the order of kvlink.h. Every function of the
+# bound version is required: a library that lacks one is refused at import.
 _PROTOTYPES = {
     # errors, version, features
-    "kvl_strerror": (c_char_p, [c_int], True),
-    "kvl_err_name": (c_char_p, [c_int], True),
-    "kvl_version": (c_char_p, [], True),
-    "kvl_has_feature": (c_int, [c_char_p], True),
+    "kvl_strerror": (c_char_p, [c_int]),
+    "kvl_err_name": (c_char_p, [c_int]),
+    "kvl_version": (c_char_p, []),
+    "kvl_has_feature": (c_int, [c_char_p]),
+    # linker
+    "kvl_linker_open": (c_int, [StoreP, LayoutP, POINTER(kvl_linker_opts),
+                                POINTER(LinkerP), c_char_p, c_size_t]),
+    "kvl_linker_shutdown": (None, [LinkerP]),
+    "kvl_linker_close": (None, [LinkerP]),
+    "kvl_linker_errmsg": (c_char_p, [LinkerP]),
+    "kvl_linker_lookup": (c_int, [LinkerP, HashP, c_size_t,
+                                  POINTER(POINTER(c_uint8)), c_size_t_p]),
+    "kvl_linker_load": (c_int, [LinkerP, c_uint64, HashP, c_size_t,
+                                SizeTPP]),
+    "kvl_linker_cancel": (c_int, [LinkerP, c_uint64, c_int_p]),
+    "kvl_linker_start": (c_int, [LinkerP, POINTER(c_uint64)]),
+    "kvl_linker_layers": (c_uint32, [LinkerP]),
+    "kvl_linker_wait": (c_int, [LinkerP, c_uint64, c_uint32, c_uint32]),
+    "kvl_linker_wait_stream": (c_int, [LinkerP, c_uint64, c_uint32, c_void_p,
+                                       c_uint32]),
+    "kvl_linker_offload": (c_int, [LinkerP, c_uint64, HashP, c_size_t,
+                                   SizeTPP, c_void_p]),
+    "kvl_linker_flush": (c_int, [LinkerP, c_uint32]),
+    "kvl_linker_poll": (c_int, [LinkerP, POINTER(kvl_completion), c_size_t,
+                                c_size_t_p, c_uint32]),
     # hashes
     "kvl_hash_pages": (c_int, [POINTER(c_uint64), c_size_t, c_size_t, HashP,
-                               HashP, c_size_t, c_size_t_p], True),
-    "kvl_namespace_seed": (c_int, [POINTER(c_char_p), c_size_t, HashP], True),
-    "kvl_hash_to_hex": (None, [HashP, c_char_p], True),
-    "kvl_hash_from_hex": (c_int, [c_char_p, HashP], True),
+                               HashP, c_size_t, c_size_t_p]),
+    "kvl_namespace_seed": (c_int, [POINTER(c_char_p), c_size_t, HashP]),
+    "kvl_hash_to_hex": (c_int, [HashP, c_char_p, c_size_t]),
+    "kvl_hash_from_hex": (c_int, [c_char_p, HashP]),
     # layouts
     "kvl_layout_create": (c_int, [c_char_p, c_uint32, POINTER(kvl_shard),
-                                  POINTER(LayoutP), c_char_p, c_size_t], True),
+                                  POINTER(LayoutP), c_char_p, c_size_t]),
     "kvl_layout_add_pool": (c_int, [LayoutP, c_char_p, c_int, c_uint32,
-                                    c_uint32, c_int_p], True),
+                                    c_uint32, c_int_p]),
     "kvl_layout_add_buffer": (c_int, [LayoutP, c_int, c_char_p, c_uint32,
-                                      POINTER(kvl_buffer)], True),
-    "kvl_layout_finalize": (c_int, [LayoutP], True),
-    "kvl_layout_free": (None, [LayoutP], True),
-    "kvl_layout_errmsg": (c_char_p, [LayoutP], True),
-    "kvl_layout_pool_count": (c_int, [LayoutP, c_int_p], True),
-    "kvl_layout_pool_id": (c_int, [LayoutP, c_char_p, c_int_p], True),
+                                      POINTER(kvl_buffer)]),
+    "kvl_layout_finalize": (c_int, [LayoutP]),
+    "kvl_layout_free": (None, [LayoutP]),
+    "kvl_layout_errmsg": (c_char_p, [LayoutP]),
+    "kvl_layout_pool_count": (c_int, [LayoutP, c_int_p]),
+    "kvl_layout_pool_id": (c_int, [LayoutP, c_char_p, c_int_p]),
     "kvl_layout_pool_info": (c_int, [LayoutP, c_int, POINTER(c_char_p),
                                      c_int_p, POINTER(c_uint32),
-                                     POINTER(c_uint32)], True),
-    "kvl_layout_page_size": (c_uint32, [LayoutP], True),
-    "kvl_layout_shard": (kvl_shard, [LayoutP], True),
+                                     POINTER(c_uint32)]),
+    "kvl_layout_page_size": (c_uint32, [LayoutP]),
+    "kvl_layout_shard": (kvl_shard, [LayoutP]),
     "kvl_layout_pool_layers": (c_int, [LayoutP, c_int, POINTER(c_uint32),
-                                       c_size_t, c_size_t_p], True),
-    "kvl_layout_pool_pages": (c_int, [LayoutP, c_int, c_size_t_p], True),
-    "kvl_layout_object_size": (c_int, [LayoutP, c_int, c_size_t_p,
-                                       c_size_t_p], True),
-    "kvl_layout_layer_range": (c_int, [LayoutP, c_int, c_uint32, c_size_t_p,
-                                       c_size_t_p], True),
-    "kvl_layout_page_pieces": (c_int, [LayoutP, c_int, c_size_t, c_uint32,
-                                       POINTER(kvl_iov), c_size_t,
-                                       c_size_t_p], True),
-    "kvl_layout_fingerprint": (c_int, [LayoutP, c_int, c_char_p], True),
-    "kvl_layout_key": (c_int, [LayoutP, c_int, HashP, c_char_p, c_size_t],
-                       True),
-    # restorable sets and ranks
-    "kvl_restorable_set": (c_int, [c_size_t, c_size_t, POINTER(kvl_policy),
-                                   POINTER(POINTER(c_uint8)),
-                                   POINTER(c_uint64), c_size_t], True),
-    "kvl_bitmap_max": (c_size_t, [POINTER(c_uint64), c_size_t], True),
-    "kvl_rank_group_create": (c_int, [ctypes.c_uint, ctypes.c_uint,
-                                      POINTER(RankGroupP)], True),
-    "kvl_rank_group_allreduce": (c_int, [POINTER(c_uint64), c_size_t,
-                                         c_void_p], True),
-    "kvl_rank_group_free": (None, [RankGroupP], True),
+                                       c_size_t, c_size_t_p]),
+    "kvl_layout_pool_pages": (c_int, [LayoutP, c_int, c_size_t_p]),
     # stores
     "kvl_store_open": (c_int, [c_char_p, POINTER(StoreP), c_char_p,
-                               c_size_t], True),
-    "kvl_store_close": (None, [StoreP], True),
-    "kvl_store_errmsg": (c_char_p, [StoreP], True),
-    "kvl_store_exists": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
-                                 c_int_p], True),
-    "kvl_store_get": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
-                              POINTER(kvl_range), c_size_t_p,
-                              POINTER(c_int64)], True),
-    "kvl_store_put": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
-                              POINTER(kvl_iov), c_size_t_p, c_int_p], True),
-    "kvl_store_remove": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
-                                 c_int_p], True),
-    "kvl_store_register": (c_int, [StoreP, c_void_p, c_size_t, c_int], True),
-    "kvl_store_stats_get": (c_int, [StoreP, POINTER(kvl_store_stats)], True),
+                               c_size_t]),
+    "kvl_mem_policy_name": (c_char_p, [c_size_t]),
+    "kvl_parse_size": (c_int, [c_char_p, POINTER(c_uint64)]),
+    "kvl_store_close": (None, [StoreP]),
+    "kvl_store_errmsg": (c_char_p, [StoreP]),
+    "kvl_store_register": (c_int, [StoreP, c_void_p, c_size_t, c_int]),
+    "kvl_store_stats_get": (c_int, [StoreP, POINTER(kvl_store_stats)]),
+    # stats
+    "kvl_linker_stats_render": (c_int, [LinkerP, c_int, c_char_p, c_size_t,
+                                        c_size_t_p]),
     "kvl_store_stats_render": (c_int, [StoreP, c_int, c_char_p, c_size_t,
-                                       c_size_t_p], False),
-    # page I/O
-    "kvl_pages_exist": (c_int, [StoreP, LayoutP, c_int, HashP, c_size_t,
-                                c_int_p], True),
+                                       c_size_t_p]),
+    # advanced: store batch calls
+    "kvl_store_exists": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
+                                 c_int_p]),
+    "kvl_store_get": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
+                              POINTER(kvl_range), c_size_t_p, c_int_p]),
+    "kvl_store_put": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
+                              POINTER(kvl_iov), c_size_t_p, c_int_p]),
+    "kvl_store_remove": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
+                                 c_int_p]),
+    # advanced: page I/O
+    "kvl_pages_exists": (c_int, [StoreP, LayoutP, c_int, HashP, c_size_t,
+                                 c_int_p]),
     "kvl_pages_put": (c_int, [StoreP, LayoutP, c_int, HashP, c_size_t_p,
-                              c_size_t, c_int_p], True),
+                              c_size_t, c_int_p]),
     "kvl_pages_get": (c_int, [StoreP, LayoutP, c_int, HashP, c_size_t_p,
-                              c_size_t, c_uint32, c_int_p], True),
-    # linker
-    "kvl_linker_open": (c_int, [LayoutP, StoreP, POINTER(kvl_linker_opts),
-                                POINTER(LinkerP), c_char_p, c_size_t], True),
-    "kvl_linker_shutdown": (None, [LinkerP], True),
-    "kvl_linker_close": (None, [LinkerP], True),
-    "kvl_linker_errmsg": (c_char_p, [LinkerP], True),
-    "kvl_linker_lookup": (c_int, [LinkerP, HashP, c_size_t, HashP,
-                                  POINTER(POINTER(c_uint8)), c_size_t_p],
-                          True),
-    "kvl_linker_load": (c_int, [LinkerP, c_uint64, HashP, c_size_t, HashP,
-                                SizeTPP], True),
-    "kvl_linker_cancel": (c_int, [LinkerP, c_uint64, c_int_p], True),
-    "kvl_linker_start": (c_int, [LinkerP, POINTER(c_uint64)], True),
-    "kvl_linker_layers": (c_uint32, [LinkerP], True),
-    "kvl_linker_wait": (c_int, [LinkerP, c_uint64, c_uint32, c_uint32], True),
-    "kvl_linker_offload": (c_int, [LinkerP, c_uint64, HashP, c_size_t, HashP,
-                                   SizeTPP], True),
-    "kvl_linker_flush": (c_int, [LinkerP, c_uint32], True),
-    "kvl_linker_poll": (c_int, [LinkerP, POINTER(kvl_completion), c_size_t,
-                                c_size_t_p, c_uint32], True),
-    "kvl_linker_wait_stream": (c_int, [LinkerP, c_uint64, c_uint32, c_void_p,
-                                       c_uint32], False),
-    "kvl_linker_offload_after": (c_int, [LinkerP, c_uint64, HashP, c_size_t,
-                                         HashP, SizeTPP, c_void_p], False),
-    "kvl_linker_stats": (c_int, [LinkerP, c_int, c_char_p, c_size_t,
-                                 c_size_t_p], False),
+                              c_size_t, c_uint32, c_int_p]),
+    # advanced: object format
+    "kvl_layout_object_size": (c_int, [LayoutP, c_int, c_size_t_p,
+                                       c_size_t_p]),
+    "kvl_layout_layer_range": (c_int, [LayoutP, c_int, c_uint32, c_size_t_p,
+                                       c_size_t_p]),
+    "kvl_layout_page_pieces": (c_int, [LayoutP, c_int, c_size_t, c_uint32,
+                                       POINTER(kvl_iov), c_size_t,
+                                       c_size_t_p]),
+    "kvl_layout_fingerprint": (c_int, [LayoutP, c_int, c_char_p, c_size_t]),
+    "kvl_layout_key": (c_int, [LayoutP, c_int, HashP, c_char_p, c_size_t]),
+    # advanced: restorable sets and ranks
+    "kvl_restorable_set": (c_int, [POINTER(kvl_policy),
+                                   POINTER(POINTER(c_uint8)), c_size_t,
+                                   c_size_t, POINTER(c_uint64), c_size_t]),
+    "kvl_bitmap_max": (c_size_t, [POINTER(c_uint64), c_size_t]),
+    "kvl_rank_group_create": (c_int, [ctypes.c_uint, ctypes.c_uint,
+                                      POINTER(RankGroupP)]),
+    "kvl_rank_group_allreduce": (c_int, [POINTER(c_uint64), c_size_t,
+                                         c_void_p]),
+    "kvl_rank_group_free": (None, [RankGroupP]),
 }
 
-# The library major.minor these bindings were written against.
-BOUND_VERSION = (0, 1)
+# The library major.minor these bindings were written against. Before 1.0 a
+# minor version may change the API (0.2 did), so a 0.x library must match
+# major and minor; from 1.0 on, any later minor of the same major does.
+BOUND_VERSION = (0, 2)
 
 LIBRARY_ENV = "KVLINK_LIBRARY"
-
-
-class _Missing:
-    """Stands in for a function the loaded library lacks."""
-
-    def __init__(self, name: str, path: str):
-        self.name = name
-        self.path = path
-
-    def __call__(self, *args):
-        # Imported late: errors imports this module.
-        from .errors import NotSupported
-        raise NotSupported(KVL_ENOTSUP,
-                           f"{self.name} is not in the loaded library "
-                           f"{self.path} (an older kvlink?)")
 
 
 def _candidates():
@@ -326,37 +305,97 @@ def _load():
                       "\n".join(tried) + "\n" + hint)
 
 
+def check_version(version: str, path: str = "the library") -> None:
+    """Raises ImportError unless library version ``version`` ("MAJOR.MINOR.
+    PATCH") is one these bindings can use (see BOUND_VERSION)."""
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        raise ImportError(f"kvlink: {path} reports version {version!r}") \
+            from None
+    want_major, want_minor = BOUND_VERSION
+    if want_major == 0:
+        ok = (major, minor) == BOUND_VERSION
+        need = f"{want_major}.{want_minor}.x"
+    else:
+        ok = major == want_major and minor >= want_minor
+        need = f"{want_major}.{want_minor} or a later {want_major}.x"
+    if not ok:
+        raise ImportError(f"kvlink: {path} is version {version}; these "
+                          f"bindings need {need}")
+
+
 def _declare(handle, path):
+    # The version first, with only kvl_version declared: a library of
+    # another version may lack (or have changed) the other functions.
+    try:
+        fn = handle.kvl_version
+    except AttributeError:
+        raise ImportError(f"kvlink: {path} lacks kvl_version: it is not a "
+                          f"kvlink library") from None
+    fn.restype, fn.argtypes = _PROTOTYPES["kvl_version"]
+    version = fn().decode()
+    check_version(version, path)
     missing = []
-    for name, (restype, argtypes, required) in _PROTOTYPES.items():
+    for name, (restype, argtypes) in _PROTOTYPES.items():
         try:
             fn = getattr(handle, name)
         except AttributeError:
-            if required:
-                missing.append(name)
-            else:
-                setattr(handle, name, _Missing(name, path))
+            missing.append(name)
             continue
         fn.restype = restype
         fn.argtypes = argtypes
     if missing:
-        raise ImportError(f"kvlink: {path} lacks {', '.join(missing)}: it is "
-                          f"not a kvlink library these bindings can use")
-    version = handle.kvl_version().decode()
-    try:
-        major, minor = (int(x) for x in version.split(".")[:2])
-    except ValueError:
-        raise ImportError(f"kvlink: {path} reports version {version!r}")
-    if major != BOUND_VERSION[0] or (major == 0 and minor < BOUND_VERSION[1]):
-        raise ImportError(
-            f"kvlink: {path} is version {version}; these bindings need "
-            f"{BOUND_VERSION[0]}.{BOUND_VERSION[1]} or a later "
-            f"{BOUND_VERSION[0]}.x")
+        raise ImportError(f"kvlink: {path} (version {version}) lacks "
+                          f"{', '.join(missing)}")
     return version
+
+
+class ErrorCode(NamedTuple):
+    """One row of the library's error table."""
+    name: str     #: e.g. "KVL_EINVAL"
+    code: int     #: e.g. -1
+    message: str  #: kvl_strerror's description
+
+
+# The codes the binding itself names (its exception classes, its own
+# checks); the library's table must have them all.
+_NAMED_CODES = ("KVL_EINVAL", "KVL_ENOMEM", "KVL_ENOTFOUND", "KVL_ERANGE",
+                "KVL_EEXIST", "KVL_EIO", "KVL_ECORRUPT", "KVL_ETIMEDOUT",
+                "KVL_ECANCELED", "KVL_EFULL", "KVL_ECLOSED", "KVL_ENOTSUP",
+                "KVL_EPARSE", "KVL_ESTATE")
+
+
+def _error_table(handle, path) -> Tuple[ErrorCode, ...]:
+    """The library's error codes: -1, -2, … until kvl_err_name says
+    "KVL_EUNKNOWN" (kvlink.h: the codes have no gaps)."""
+    table = []
+    code = -1
+    while True:
+        name = handle.kvl_err_name(code).decode()
+        if name == "KVL_EUNKNOWN":
+            break
+        if len(table) >= 4096:
+            raise ImportError(f"kvlink: {path}: kvl_err_name never says "
+                              f"KVL_EUNKNOWN")
+        table.append(ErrorCode(name, code,
+                               handle.kvl_strerror(code).decode()))
+        code -= 1
+    missing = [n for n in _NAMED_CODES if n not in {e.name for e in table}]
+    if missing:
+        raise ImportError(f"kvlink: {path} has no error code "
+                          f"{', '.join(missing)}")
+    return tuple(table)
 
 
 lib, path = _load()
 version = _declare(lib, path)
+
+#: Every error code of the loaded library, -1 first.
+ERROR_TABLE = _error_table(lib, path)
+#: Error codes by name, e.g. ``ERRNO["KVL_EINVAL"] == -1``.
+ERRNO = {e.name: e.code for e in ERROR_TABLE}
+globals().update(ERRNO)  # KVL_EINVAL, … as module constants
 
 
 def strerror(code: int) -> str:

@@ -101,22 +101,26 @@ class StateError(KvlinkError):
     """KVL_ESTATE: the call is not allowed now (e.g. layout not finalized)."""
 
 
-_BY_CODE: Dict[int, Type[KvlinkError]] = {
-    _lib.KVL_EINVAL: InvalidArgument,
-    _lib.KVL_ENOMEM: OutOfMemory,
-    _lib.KVL_ENOTFOUND: NotFound,
-    _lib.KVL_ERANGE: OutOfRange,
-    _lib.KVL_EEXIST: AlreadyExists,
-    _lib.KVL_EIO: StoreIOError,
-    _lib.KVL_ECORRUPT: Corrupt,
-    _lib.KVL_ETIMEDOUT: Timeout,
-    _lib.KVL_ECANCELED: Canceled,
-    _lib.KVL_EFULL: Full,
-    _lib.KVL_ECLOSED: Closed,
-    _lib.KVL_ENOTSUP: NotSupported,
-    _lib.KVL_EPARSE: ParseError,
-    _lib.KVL_ESTATE: StateError,
+# The class of each code the binding names; codes come from the library's
+# table (_lib.ERRNO), so a code the library adds later raises KvlinkError.
+_BY_NAME: Dict[str, Type[KvlinkError]] = {
+    "KVL_EINVAL": InvalidArgument,
+    "KVL_ENOMEM": OutOfMemory,
+    "KVL_ENOTFOUND": NotFound,
+    "KVL_ERANGE": OutOfRange,
+    "KVL_EEXIST": AlreadyExists,
+    "KVL_EIO": StoreIOError,
+    "KVL_ECORRUPT": Corrupt,
+    "KVL_ETIMEDOUT": Timeout,
+    "KVL_ECANCELED": Canceled,
+    "KVL_EFULL": Full,
+    "KVL_ECLOSED": Closed,
+    "KVL_ENOTSUP": NotSupported,
+    "KVL_EPARSE": ParseError,
+    "KVL_ESTATE": StateError,
 }
+_BY_CODE: Dict[int, Type[KvlinkError]] = {
+    _lib.ERRNO[name]: cls for name, cls in _BY_NAME.items()}
 
 
 def error_class(code: int) -> Type[KvlinkError]:

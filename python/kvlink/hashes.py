@@ -1,7 +1,11 @@
 """Page hashes and namespace seeds.
 
 A page hash is 32 bytes: ``h_i = SHA-256(h_{i-1} ‖ tokens_i as u32 LE)``, with
-``h_{-1}`` the optional prior (a namespace seed). In Python a hash is a
+``h_{-1}`` the optional prior (a namespace seed). Pages are named by their
+hashes only, so tenants (cache salts, LoRA adapters) that must not share pages
+hash them in different namespaces:
+``hash_pages(tokens, page_size, prior=namespace_seed("tenant-a"))``. In Python
+a hash is a
 ``bytes`` object of length 32; functions that take many hashes accept a list
 of them, one ``bytes`` of 32·n bytes, or a numpy ``uint8`` array shaped
 ``(n, 32)`` (what ``hash_pages(..., as_array=True)`` returns).
@@ -127,7 +131,9 @@ def hash_pages(tokens: Union[Sequence[int], Any], page_size: int,
         tokens: token ids: a list of ints, an ``array.array``, a numpy array
             or a 1-D torch tensor (ids ≥ 0).
         page_size: tokens per page, > 0.
-        prior: optional hash preceding page 0, e.g. :func:`namespace_seed`.
+        prior: optional hash preceding page 0: a :func:`namespace_seed`
+            puts the pages in that namespace (pages of different priors
+            never share a hash, so tenants never share pages).
         as_array: return a numpy ``uint8`` array shaped ``(pages, 32)``
             instead of a list of ``bytes``.
 
@@ -162,8 +168,9 @@ def hash_pages(tokens: Union[Sequence[int], Any], page_size: int,
 
 def namespace_seed(*salts: Union[str, bytes]) -> bytes:
     """The 32-byte namespace seed of one or more salts (tenant id, cache
-    salt, …), to pass as ``prior`` of :func:`hash_pages` or as ``ns`` of the
-    linker so that tenants never share pages. Order matters.
+    salt, …), to pass as ``prior`` of :func:`hash_pages`: the pages hashed
+    with it are that namespace's, and the linker, which names pages by hash
+    only, never gives them to another namespace. Order matters.
 
     Raises:
         InvalidArgument: no salt, or a salt holding a NUL character.
@@ -191,8 +198,8 @@ def namespace_seed(*salts: Union[str, bytes]) -> bytes:
 def hash_hex(h: HashLike) -> str:
     """The 64 lowercase hex characters of a page hash."""
     buf = ctypes.create_string_buffer(_lib.KVL_HASH_HEX_LEN + 1)
-    lib.kvl_hash_to_hex(ctypes.byref(kvl_hash.from_buffer_copy(
-        _one_hash(h))), buf)
+    check(lib.kvl_hash_to_hex(ctypes.byref(kvl_hash.from_buffer_copy(
+        _one_hash(h))), buf, len(buf)), context="hash_hex")
     return buf.value.decode()
 
 

@@ -424,23 +424,20 @@ class Layout(SharedHandle):
         layout when None."""
         buf = ctypes.create_string_buffer(33)
         pid = -1 if pool is None else self.pool_ref(pool)
-        self._check(lib.kvl_layout_fingerprint(self._handle, pid, buf))
+        self._check(lib.kvl_layout_fingerprint(self._handle, pid, buf,
+                                               len(buf)))
         return buf.value.decode()
 
-    def key(self, pool: PoolRef, page: HashLike,
-            ns: Optional[HashLike] = None) -> str:
-        """The store key of ``page`` in ``pool`` for this layout's shard.
-        With ``ns`` (a namespace seed) the key of ``page ⊕ ns``, which is
-        where a linker given the same ``ns`` stores the page."""
-        h = bytearray(_one_hash(page, "page"))
-        if ns is not None:
-            for i, b in enumerate(_one_hash(ns, "ns")):
-                h[i] ^= b
+    def key(self, pool: PoolRef, page: HashLike) -> str:
+        """The store key of ``page`` in ``pool`` for this layout's shard:
+        where a linker stores that page. A tenant's pages are the hashes of
+        its namespace (``hash_pages(tokens, page_size,
+        prior=namespace_seed(...))``), so their keys are those hashes'."""
         buf = ctypes.create_string_buffer(_lib.KVL_KEY_MAX)
         self._check(lib.kvl_layout_key(
             self._handle, self.pool_ref(pool),
-            ctypes.byref(kvl_hash.from_buffer_copy(bytes(h))), buf,
-            len(buf)))
+            ctypes.byref(kvl_hash.from_buffer_copy(_one_hash(page, "page"))),
+            buf, len(buf)))
         return buf.value.decode()
 
     # ----------------------------------------------------------- lifetime

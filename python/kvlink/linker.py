@@ -18,6 +18,11 @@ one per page. With several pools, pass a dict ``{pool name or id: slots}`` or
 a list with one entry per pool (None: nothing of that pool). A slot of None
 or -1 means "this page is not loaded/offloaded in that pool".
 
+Tenants: pages are named by their hashes only. Engines that must not share
+pages hash them in different namespaces,
+``hash_pages(tokens, page_size, prior=namespace_seed("tenant-a"))``; the
+linker needs nothing else to keep them apart.
+
 Blocking calls (wait, flush, poll with a timeout) release the GIL. Timeouts
 are in seconds: None waits without limit, 0 does not block.
 """
@@ -38,7 +43,7 @@ from ._lib import kvl_completion, kvl_linker_opts, lib
 from ._shared import Closable, SharedHandle
 from .errors import InvalidArgument, KvlinkError, StateError, check, \
     make_error
-from .hashes import HashLike, HashesLike, hash_array, hash_ptr
+from .hashes import HashesLike, hash_array
 from .layout import Layout
 from .store import Store, render
 
@@ -159,6 +164,12 @@ class Linker(Closable):
                  max_requests: int = 0, max_request_pages: int = 0,
                  io_batch: int = 0, allreduce: Optional[AllReduce] = None):
         self._h = _lib.LinkerP()
+        for what, obj, cls in (("layout", layout, Layout),
+                               ("store", store, Store)):
+            if not isinstance(obj, cls):
+                raise TypeError(f"Linker(layout, store): {what} must be a "
+                                f"kvlink.{cls.__name__}, got "
+                                f"{type(obj).__name__}")
         self._layout = layout
         self._store = store
         self._allreduce_obj = allreduce
@@ -182,7 +193,7 @@ class Linker(Closable):
             self._cb = _lib.kvl_allreduce_fn(self._trampoline)
             opts.allreduce = self._cb
         err = ctypes.create_string_buffer(512)
-        rc = lib.kvl_linker_open(layout._handle, store._handle,
+        rc = lib.kvl_linker_open(store._handle, layout._handle,
                                  ctypes.byref(opts), ctypes.byref(self._h),
                                  err, len(err))
         check(rc, lambda: err.value.decode(errors="replace"), "open linker")
@@ -318,14 +329,14 @@ class Linker(Closable):
     def store(self) -> Store:
         return self._store
 
-    def lookup(self, pages: HashesLike, ns: Optional[HashLike] = None,
+    def lookup(self, pages: HashesLike, *,
                pool_pages: Optional[Any] = None) -> int:
         """The longest prefix of ``pages`` (in pages) restorable on every
         rank. Side-effect free.
 
         Args:
-            pages: page hashes in prefix order.
-            ns: namespace seed (pages are stored and found as page ⊕ ns).
+            pages: page hashes in prefix order (a tenant's: hashed with its
+                :func:`~kvlink.namespace_seed` as ``prior``).
             pool_pages: optional, per pool (dict or list) a sequence of flags,
                 one per page: check only the flagged pages of that pool.
 
@@ -362,8 +373,8 @@ class Linker(Closable):
                 pp[i] = ctypes.cast(a, ctypes.POINTER(ctypes.c_uint8))
         out = ctypes.c_size_t(0)
         self._cb_local.error = None
-        rc = lib.kvl_linker_lookup(self._handle, arr, n, hash_ptr(ns, "ns"),
-                                   pp, ctypes.byref(out))
+        rc = lib.kvl_linker_lookup(self._handle, arr, n, pp,
+                                   ctypes.byref(out))
         e = self._cb_local.error
         if e is not None:
             self._cb_local.error = None
@@ -377,8 +388,7 @@ class Linker(Closable):
 
     # ------------------------------------------------------------- loads
 
-    def load(self, id: int, pages: HashesLike, slots: Slots,
-             ns: Optional[HashLike] = None) -> None:
+    def load(self, id: int, pages: HashesLike, slots: Slots) -> None:
         """Queues a load of ``pages`` into ``slots`` for request ``id``; it
         runs in the next :meth:`start`'s batch and completes once (poll).
         The slots are written until the request completes.
@@ -390,8 +400,7 @@ class Linker(Closable):
         """
         arr, n = self._pages(pages)
         ptrs, keep = self._slots(slots, n)
-        self._check(lib.kvl_linker_load(self._handle, int(id), arr, n,
-                                        hash_ptr(ns, "ns"), ptrs),
+        self._check(lib.kvl_linker_load(self._handle, int(id), arr, n, ptrs),
                     f"load {id}")
         del keep
 
@@ -459,37 +468,28 @@ class Linker(Closable):
 
     # ---------------------------------------------------------- offloads
 
-    def offload(self, id: int, pages: HashesLike, slots: Slots,
-                ns: Optional[HashLike] = None) -> None:
+    def offload(self, id: int, pages: HashesLike, slots: Slots, *,
+                event: Any = None) -> None:
         """Queues a background offload of ``pages`` from ``slots`` (every
         layer) for request ``id``. Pages already stored are skipped. The
         slots must not change until the request completes.
 
+        Args:
+            event: optional CUDA event recorded after the kernels that wrote
+                those pages (a ``torch.cuda.Event``, CuPy event or int
+                ``cudaEvent_t``): the copies out of GPU slots start only
+                after it has completed. It must stay valid until the request
+                completes. None: the pages are written already.
+
         Raises:
-            AlreadyExists, Full, OutOfRange, InvalidArgument, Closed.
+            AlreadyExists, Full, OutOfRange, InvalidArgument, Closed;
+            NotSupported: an event, but no pool lives on a CUDA device.
         """
         arr, n = self._pages(pages)
         ptrs, keep = self._slots(slots, n)
         self._check(lib.kvl_linker_offload(self._handle, int(id), arr, n,
-                                           hash_ptr(ns, "ns"), ptrs),
+                                           ptrs, event_handle(event)),
                     f"offload {id}")
-        del keep
-
-    def offload_after(self, id: int, pages: HashesLike, slots: Slots,
-                      event: Any, ns: Optional[HashLike] = None) -> None:
-        """As :meth:`offload`, but the copies start only after CUDA event
-        ``event`` (a ``torch.cuda.Event``, CuPy event or int
-        ``cudaEvent_t``; None behaves as :meth:`offload`) has completed. The
-        event must stay valid until the request completes.
-
-        Raises:
-            NotSupported: an event in a build without CUDA.
-        """
-        arr, n = self._pages(pages)
-        ptrs, keep = self._slots(slots, n)
-        self._check(lib.kvl_linker_offload_after(
-            self._handle, int(id), arr, n, hash_ptr(ns, "ns"), ptrs,
-            event_handle(event)), f"offload_after {id}")
         del keep
 
     def flush(self, timeout: Optional[float] = None) -> None:
@@ -543,15 +543,15 @@ class Linker(Closable):
 
     # ------------------------------------------------------------- stats
 
-    def stats(self, format: Union[str, int] = "json") -> str:
+    def render_stats(self, format: Union[str, int] = "json") -> str:
         """The linker's counters, latency histograms and store stats as
         text: ``"json"`` (one object) or ``"prometheus"``."""
-        return render(lib.kvl_linker_stats, self._handle, format,
+        return render(lib.kvl_linker_stats_render, self._handle, format,
                       self._errmsg)
 
     def stats_json(self) -> Dict[str, Any]:
-        """:meth:`stats` in JSON, parsed."""
-        return json.loads(self.stats("json"))
+        """:meth:`render_stats` in JSON, parsed."""
+        return json.loads(self.render_stats("json"))
 
     # ---------------------------------------------------------- lifetime
 

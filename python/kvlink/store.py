@@ -17,7 +17,8 @@ from . import _lib
 from ._buffers import buffer_ptr
 from ._lib import kvl_iov, kvl_range, lib
 from ._shared import SharedHandle
-from .errors import InvalidArgument, StateError, check, make_error
+from .errors import InvalidArgument, ParseError, StateError, check, \
+    make_error
 from .layout import MemKind
 
 Buffer = Any
@@ -66,6 +67,42 @@ def render(fn, handle, fmt: Union[str, int], errmsg) -> str:
         check(rc, errmsg, "stats")
         return buf.value.decode()
     raise make_error(_lib.KVL_ERANGE, None, "stats kept growing")
+
+
+def parse_size(text: str) -> int:
+    """A byte size as store options take them: decimal digits and an optional
+    suffix K, M, G, T or KiB, MiB, GiB, TiB (powers of 1024, either case),
+    e.g. ``parse_size("8GiB") == 8 << 30``.
+
+    Raises:
+        ParseError: empty, a bad suffix, 2^64 or more.
+        TypeError: not a string.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"parse_size: expected a string, got "
+                        f"{type(text).__name__}")
+    if "\0" in text:
+        raise ParseError(_lib.KVL_EPARSE,
+                         f"parse_size({text!r}): holds a NUL character")
+    out = ctypes.c_uint64(0)
+    rc = lib.kvl_parse_size(text.encode(), ctypes.byref(out))
+    if rc == _lib.KVL_EPARSE:
+        raise ParseError(rc, f"parse_size({text!r}): not a size (digits and "
+                         f"an optional suffix K, M, G, T or KiB, MiB, GiB, "
+                         f"TiB, below 2^64)")
+    check(rc, context=f"parse_size({text!r})")
+    return out.value
+
+
+def mem_policy_names() -> Tuple[str, ...]:
+    """The eviction policies of the embedded store, default first
+    (``("slru", "lru")``): what ``mem:``'s ``policy=`` option takes."""
+    names = []
+    while True:
+        name = lib.kvl_mem_policy_name(len(names))
+        if name is None:
+            return tuple(names)
+        names.append(name.decode())
 
 
 class Store(SharedHandle):
@@ -131,7 +168,8 @@ class Store(SharedHandle):
 
     def get_into(self, key: str, buffer: Buffer, offset: int = 0) -> int:
         """Reads ``len(buffer)`` bytes of object ``key``, from ``offset``,
-        into ``buffer`` (writable host memory). Returns the bytes read.
+        into ``buffer`` (writable host memory). Returns the bytes read:
+        all of ``buffer`` (a range is read whole or the call raises).
 
         Raises:
             NotFound: no such object (nothing was written).
@@ -141,14 +179,14 @@ class Store(SharedHandle):
         arr, _ = _keys([key])
         rng = kvl_range(offset=int(offset), addr=addr, len=n)
         n_ranges = ctypes.c_size_t(1)
-        res = ctypes.c_int64(0)
+        res = ctypes.c_int(0)
         check(lib.kvl_store_get(self._handle, arr, 1, ctypes.byref(rng),
                                 ctypes.byref(n_ranges), ctypes.byref(res)),
               self._errmsg, "get")
         del keep
         if res.value < 0:
             raise self._key_error(res.value, key, "get")
-        return res.value
+        return n
 
     def get(self, key: str, size: int, offset: int = 0) -> bytes:
         """``size`` bytes of object ``key`` from ``offset``, as bytes.
@@ -184,7 +222,7 @@ class Store(SharedHandle):
             keep.append(k)
             ranges[i] = kvl_range(0, addr, ln)
         n_ranges = _lib.size_t_array([1] * n)
-        res = (ctypes.c_int64 * n)()
+        res = (ctypes.c_int * n)()
         check(lib.kvl_store_get(self._handle, arr, n, ranges, n_ranges, res),
               self._errmsg, "get")
         out: List[Optional[bytes]] = []
@@ -312,4 +350,4 @@ class Store(SharedHandle):
         return f"<kvlink.Store {self.uri!r}{' closed' if self.closed else ''}>"
 
 
-__all__ = ["Store", "Buffer"]
+__all__ = ["Store", "Buffer", "parse_size", "mem_policy_names"]

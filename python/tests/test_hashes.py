@@ -86,6 +86,9 @@ def test_hex_round_trip():
     text = kvl.hash_hex(h)
     assert text == h.hex() and len(text) == 64
     assert kvl.hash_from_hex(text.upper()) == h
+    assert kvl.hash_hex(text.upper()) == text
+    with pytest.raises(kvl.InvalidArgument, match="32 bytes"):
+        kvl.hash_hex(b"short")
 
 
 def test_errors():

@@ -99,10 +99,14 @@ def test_keys_and_fingerprints():
     assert key == f"kvl1:pytest/f32:{fp}:{page.hex()}:kv:tp0_cp0_pp0"
     assert len(a.fingerprint()) == 32
     assert b.fingerprint("kv") != fp  # another model tag never shares keys
-    # A namespace seed keys the page as page XOR seed.
-    ns = kvl.namespace_seed("t")
-    x = bytes(p ^ q for p, q in zip(page, ns))
-    assert a.key("kv", page, ns=ns) == a.key("kv", x)
+    # A namespace (a seed as prior) hashes the page, and so keys it,
+    # differently: its key is that of its own hash.
+    seed = kvl.namespace_seed("t")
+    seeded = kvl.hash_pages(list(range(PAGE_SIZE)), PAGE_SIZE, prior=seed)[0]
+    assert seeded != page
+    assert a.key("kv", seeded) == \
+        f"kvl1:pytest/f32:{fp}:{seeded.hex()}:kv:tp0_cp0_pp0"
+    assert a.key("kv", seeded) != key
 
 
 def test_raw_buffers():

@@ -1,9 +1,9 @@
 """The linker from Python, on the CPU with numpy pools and the embedded
 store: offload → lookup → layer-wise load with per-layer waits → equal bytes;
-partial prefixes; namespace isolation; cancel; argument errors with kvlink's
-messages; exactly-once completions; shutdown; several pools; rank
-all-reduce; stats; and the fault-injection store, through which no wrong
-byte is ever reported valid."""
+partial prefixes; namespaces (different priors never share pages); cancel;
+argument errors with kvlink's messages; exactly-once completions; shutdown;
+several pools; rank all-reduce; stats; and the fault-injection store,
+through which no wrong byte is ever reported valid."""
 
 import json
 import threading
@@ -17,16 +17,16 @@ import kvlink as kvl
 T = 10.0  # seconds: generous limits, never reached when things work
 
 
-def offload_sync(lk, rid, pages, slots, ns=None):
-    lk.offload(rid, pages, slots, ns=ns)
+def offload_sync(lk, rid, pages, slots):
+    lk.offload(rid, pages, slots)
     lk.flush(timeout=T)
     return lk.poll_until([rid], T)[rid]
 
 
-def load_sync(lk, rid, pages, slots, ns=None):
+def load_sync(lk, rid, pages, slots):
     """Loads as one batch, waiting layer by layer; returns (completion,
     per-layer wait errors)."""
-    lk.load(rid, pages, slots, ns=ns)
+    lk.load(rid, pages, slots)
     batch = lk.start()
     errs = []
     for layer in range(lk.layers):
@@ -92,24 +92,33 @@ def test_partial_prefix(engines, store):
 
 
 def test_namespace_isolation(engines):
+    """Tenants are kept apart by their pages' hashes alone: the same tokens
+    hashed with different priors (namespace seeds) never share a page."""
     src, dst = engines
-    pages = kvl.hash_pages(tokens(5, seed=2), PAGE_SIZE)
+    toks = tokens(5, seed=2)
     na, nb = kvl.namespace_seed("tenant-a"), kvl.namespace_seed("tenant-b")
-    assert offload_sync(src.lk, 1, pages, range(5), ns=na).ok
-    assert dst.lk.lookup(pages, ns=na) == 5
-    assert dst.lk.lookup(pages, ns=nb) == 0
-    assert dst.lk.lookup(pages) == 0
-    c, errs = load_sync(dst.lk, 2, pages, range(5), ns=nb)
+    pa = kvl.hash_pages(toks, PAGE_SIZE, prior=na)
+    pb = kvl.hash_pages(toks, PAGE_SIZE, prior=nb)
+    bare = kvl.hash_pages(toks, PAGE_SIZE)
+    assert not (set(pa) & set(pb)) and not (set(pa) & set(bare))
+    assert offload_sync(src.lk, 1, pa, range(5)).ok
+    assert dst.lk.lookup(pa) == 5
+    assert dst.lk.lookup(pb) == 0
+    assert dst.lk.lookup(bare) == 0
+    c, errs = load_sync(dst.lk, 2, pb, range(5))
     assert c.status == kvl.ERRORS["KVL_ENOTFOUND"] and c.valid_pages == 0
     assert isinstance(errs[0], kvl.NotFound)
     assert "failed at layer 0" in str(errs[0])
     assert not dst.pool.any()
-    c, errs = load_sync(dst.lk, 3, pages, range(5), ns=na)
+    c, errs = load_sync(dst.lk, 3, pa, range(5))
     assert c.ok and errs == [None] * LAYERS
     assert np.array_equal(dst.pool[:, :, :5], src.pool[:, :, :5])
-    # Seeded hashes (prior) are another, equally isolated, scheme.
-    seeded = kvl.hash_pages(tokens(5, seed=2), PAGE_SIZE, prior=na)
-    assert dst.lk.lookup(seeded) == 0
+    # A seed of other salts (or of the same salts in another order) is
+    # another namespace, equally isolated.
+    for seed in (kvl.namespace_seed("tenant-a", "lora-1"),
+                 kvl.namespace_seed("lora-1", "tenant-a")):
+        assert dst.lk.lookup(kvl.hash_pages(toks, PAGE_SIZE,
+                                            prior=seed)) == 0
 
 
 def test_cancel(engines):
@@ -159,6 +168,10 @@ def test_argument_errors(engines):
         dst.lk.wait(12345, 0)
     with pytest.raises(kvl.InvalidArgument, match="finalized"):
         kvl.Linker(kvl.Layout("unfinalized", 4), dst.lk.store)
+    with pytest.raises(TypeError, match="layout must be a kvlink.Layout"):
+        kvl.Linker(dst.lk.store, dst.lk.layout)  # C's order: store first
+    with pytest.raises(TypeError, match="store must be a kvlink.Store"):
+        kvl.Linker(dst.lk.layout, "mem:")
     src.lk.flush(timeout=T)
     b = dst.lk.start()
     dst.lk.wait(b, LAYERS - 1, timeout=T)
@@ -235,16 +248,16 @@ def test_stats_are_json(engines):
     offload_sync(src.lk, 1, pages, [0, 1, 2])
     dst.lk.lookup(pages)
     load_sync(dst.lk, 2, pages, [0, 1, 2])
-    j = json.loads(dst.lk.stats("json"))
+    j = json.loads(dst.lk.render_stats("json"))
     assert j == dst.lk.stats_json() or j["linker"]["lookups"] == 1
     assert j["linker"]["lookups"] == 1
     assert j["linker"]["loaded_pages"] == 3
     assert j["linker"]["hit_pages"] == 3
     assert j["store"]["objects"] == 3
     assert j["latency"]["batch"]["count"] == 1
-    js = json.loads(src.lk.stats())
+    js = json.loads(src.lk.render_stats())
     assert js["linker"]["offloaded_pages"] == 3
-    prom = dst.lk.stats("prometheus")
+    prom = dst.lk.render_stats("prometheus")
     assert "kvlink_lookups_total 1" in prom
 
 
@@ -360,8 +373,10 @@ def test_cuda_calls(engines):
         dst.lk.wait_stream(b, 0, stream="default")
     pages = kvl.hash_pages(tokens(1), PAGE_SIZE)
     with pytest.raises(kvl.NotSupported, match="CUDA"):
-        src.lk.offload_after(1, pages, [0], event=1234)
-    src.lk.offload_after(2, pages, [0], event=None)  # = offload
+        src.lk.offload(1, pages, [0], event=1234)
+    with pytest.raises(TypeError, match="event"):
+        src.lk.offload(1, pages, [0], event="after prefill")
+    src.lk.offload(2, pages, [0], event=None)  # no event: written already
     src.lk.flush(timeout=T)
     assert src.lk.poll_until([2], T)[2].ok
     # A pool that says it is on GPU 0: refused unless a GPU is usable.
@@ -460,5 +475,21 @@ def test_fault_store_never_reports_wrong_bytes(seed):
         assert successes + failures == 12
         print(f"fault store seed {seed}: {successes} loads ok, {failures} "
               f"failed ({partial} with a valid prefix)")
-        j = json.loads(dst.stats())
+        j = json.loads(dst.render_stats())
         assert j["linker"]["load_failures"] == failures
+
+
+def test_old_namespace_arguments_refused(engines):
+    """A namespace is a prior of hash_pages, not an argument of the linker:
+    a seed passed where 0.1 took one is refused, never taken for something
+    else (pool_pages, an event)."""
+    src, dst = engines
+    seed = kvl.namespace_seed("tenant-a")
+    pages = kvl.hash_pages(tokens(2), PAGE_SIZE, prior=seed)
+    with pytest.raises(TypeError):
+        dst.lk.lookup(pages, seed)
+    with pytest.raises(TypeError):
+        dst.lk.load(1, pages, [0, 1], seed)
+    with pytest.raises(TypeError):
+        src.lk.offload(1, pages, [0, 1], seed)
+    assert dst.lk.poll() == [] and src.lk.poll() == []  # nothing accepted

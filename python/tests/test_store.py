@@ -73,3 +73,41 @@ def test_readonly_destination_rejected():
         ro.flags.writeable = False
         with pytest.raises(kvl.InvalidArgument, match="read-only"):
             s.get_into("k", ro)
+
+
+def test_get_results_per_key():
+    # kvl_store_get gives 0 or a code per key: whole objects of known size
+    # read, absent keys None, a range beyond an object an error naming it.
+    with kvl.Store() as s:
+        s.put_many([("a", b"aaaa"), ("b", b"bbbbbbbb")])
+        assert s.get_many(["a", "zz", "b"], [4, 4, 8]) == \
+            [b"aaaa", None, b"bbbbbbbb"]
+        with pytest.raises(kvl.OutOfRange, match="'a'"):
+            s.get_many(["b", "a"], 8)
+        buf = bytearray(3)
+        assert s.get_into("b", buf, offset=5) == 3 and buf == b"bbb"
+        with pytest.raises(kvl.InvalidArgument, match="2 keys, 1 sizes"):
+            s.get_many(["a", "b"], [4])
+
+
+def test_parse_size_and_policies():
+    assert kvl.parse_size("0") == 0
+    assert kvl.parse_size("4096") == 4096
+    assert kvl.parse_size("8GiB") == kvl.parse_size("8g") == 8 << 30
+    assert kvl.parse_size("3K") == 3 << 10
+    assert kvl.parse_size("2TiB") == 2 << 40
+    assert kvl.parse_size(str(2**64 - 1)) == 2**64 - 1
+    for bad in ["", "lots", "8XB", "-1", str(2**64), "17EiB"]:
+        with pytest.raises(kvl.ParseError, match="not a size"):
+            kvl.parse_size(bad)
+    with pytest.raises(kvl.ParseError, match="NUL"):
+        kvl.parse_size("8\0G")
+    with pytest.raises(TypeError, match="string"):
+        kvl.parse_size(8 << 30)
+    names = kvl.mem_policy_names()
+    assert names[:2] == ("slru", "lru")  # the default first
+    for name in names:  # every name is one mem: takes
+        with kvl.Store(f"mem:?capacity=1MiB&policy={name}") as s:
+            assert s.put("k", b"v")
+    with pytest.raises(kvl.ParseError):
+        kvl.Store("mem:?policy=nosuchpolicy")
