@@ -1,6 +1,6 @@
 /*
- * redis_cluster.c — key slots, redirection errors and addresses of the
- * Redis Cluster specification (see redis_cluster.h). Pure functions: no
+ * spec.c — key slots, redirection errors and addresses of the
+ * Redis Cluster specification (see spec.h). Pure functions: no
  * state, no I/O, no allocation.
  */
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * redis_cluster.h — the pure parts of the Redis Cluster specification that
+ * spec.h — the pure parts of the Redis Cluster specification that
  * the redis:// store needs (internal; no I/O, no hiredis types).
  *
  *  - Key slots: CRC16 (XMODEM: polynomial 0x1021, initial value 0, no
@@ -15,8 +15,8 @@
  *
  * Every function is thread-safe and allocates nothing.
  */
-#ifndef KVL_REDIS_CLUSTER_H
-#define KVL_REDIS_CLUSTER_H
+#ifndef KVL_REDIS_SPEC_H
+#define KVL_REDIS_SPEC_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -58,4 +58,4 @@ kvl__redis_err_kind kvl__redis_classify(const char *msg, size_t len,
  * 1..65535. */
 int kvl__redis_parse_addr(const char *s, size_t len, char *host, int *port);
 
-#endif /* KVL_REDIS_CLUSTER_H */
+#endif /* KVL_REDIS_SPEC_H */
