@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "store/redis/spec.h"
-#include "store/redis/conn.h"
+#include "store/redis/pipeline.h"
 
 #define CHECK(cond)                                                          \
 	do {                                                                 \

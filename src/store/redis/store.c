@@ -54,7 +54,7 @@
 #include <hiredis/hiredis.h>
 
 #include "store/redis/spec.h"
-#include "store/redis/conn.h"
+#include "store/redis/pipeline.h"
 #include "store/backend.h"
 
 #define R_NONE 0xffffu
