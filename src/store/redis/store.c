@@ -40,9 +40,8 @@
  * that a failover moves them to the new master.
  *
  * Locking: `mu` guards the slot map, the node table's length and the refresh
- * state; a node's `mu` guards its pool and its failure record (`down_until`
- * is also readable without it, as an atomic). The two are never held
- * together. Node pointers and the node table entries below n_nodes never
+ * state; a node's own lock guards its pool and its failure record
+ * (node.c). The two are never held together. Node pointers and the node table entries below n_nodes never
  * change once published, so a node id obtained under `mu` may be used
  * without it. Counters are atomics. Network I/O never happens under a lock.
  */
@@ -54,6 +53,7 @@
 #include <hiredis/hiredis.h>
 
 #include "store/redis/spec.h"
+#include "store/redis/node.h"
 #include "store/redis/pipeline.h"
 #include "store/backend.h"
 
@@ -63,27 +63,12 @@
 #define R_MAX_TRIES 6             /* rounds one operation may take */
 #define R_REFRESH_MIN_NS 100000000ull /* slot map refreshes: 100 ms apart */
 #define R_REFRESH_EVERY_NS 10000000000ull /* and at least every 10 s */
-#define R_DOWN_MIN_NS 100000000ull    /* first backoff of a down node */
-#define R_DOWN_MAX_NS 1000000000ull   /* longest backoff */
 #define R_GAP_MIN (64u << 10)     /* gap bytes a GETRANGE may always read */
 #define R_DEFAULT_MAX_VALUE (512ull << 20)
 
 enum { R_PENDING, R_RUNNING, R_DONE };
 /* Retry reasons kept in rop.err while pending (positive: not error codes). */
 enum { R_RETRY_MOVED = 1, R_RETRY_ASK, R_RETRY_AGAIN, R_RETRY_REFRESH };
-
-struct rnode {
-	uint16_t id;
-	int port;
-	char host[KVL__REDIS_HOST_MAX];
-	char name[KVL__REDIS_HOST_MAX + 8];
-	pthread_mutex_t mu;
-	kvl__rconn *idle;  /* (mu) pool of idle connections */
-	unsigned n_idle;   /* (mu) */
-	unsigned fails;    /* (mu) failed connects in a row */
-	char why[200];     /* (mu) the last connect failure */
-	_Atomic uint64_t down_until; /* monotonic ns; 0: up */
-};
 
 struct rset {
 	uint16_t n;
@@ -103,7 +88,7 @@ struct rstore {
 	int set_argc;
 
 	pthread_mutex_t mu;
-	struct rnode *nodes[R_MAX_NODES]; /* [0, n_nodes) published */
+	kvl__rnode *nodes[R_MAX_NODES]; /* [0, n_nodes) published */
 	_Atomic size_t n_nodes;
 	uint16_t *slot_master;  /* (mu) KVL__REDIS_SLOTS node ids (cluster) */
 	uint16_t *slot_rset;    /* (mu) index in rsets, or R_NONE */
@@ -182,132 +167,17 @@ static uint16_t node_get_locked(struct rstore *r, const char *host, int port)
 {
 	size_t n = atomic_load(&r->n_nodes);
 	for (size_t i = 0; i < n; i++)
-		if (r->nodes[i]->port == port &&
-		    strcmp(r->nodes[i]->host, host) == 0)
+		if (kvl__rnode_port(r->nodes[i]) == port &&
+		    strcmp(kvl__rnode_host(r->nodes[i]), host) == 0)
 			return (uint16_t)i;
 	if (n == R_MAX_NODES)
 		return R_NONE;
-	struct rnode *nd = calloc(1, sizeof *nd);
+	kvl__rnode *nd = kvl__rnode_new(host, port);
 	if (!nd)
 		return R_NONE;
-	nd->id = (uint16_t)n;
-	nd->port = port;
-	snprintf(nd->host, sizeof nd->host, "%s", host);
-	if (strchr(host, ':'))
-		snprintf(nd->name, sizeof nd->name, "[%s]:%d", host, port);
-	else
-		snprintf(nd->name, sizeof nd->name, "%s:%d", host, port);
-	pthread_mutex_init(&nd->mu, NULL);
-	atomic_init(&nd->down_until, 0);
 	r->nodes[n] = nd;
 	atomic_store(&r->n_nodes, n + 1);
 	return (uint16_t)n;
-}
-
-static void node_free(struct rnode *nd)
-{
-	while (nd->idle) {
-		kvl__rconn *c = nd->idle;
-		nd->idle = *kvl__rconn_next(c);
-		kvl__rconn_close(c);
-	}
-	pthread_mutex_destroy(&nd->mu);
-	free(nd);
-}
-
-static int node_is_down(struct rnode *nd, uint64_t now)
-{
-	return atomic_load(&nd->down_until) > now;
-}
-
-/* Closes every idle connection of the node (after one of them was found
- * dead: the others are likely dead too, e.g. after a restart). */
-static void node_flush(struct rnode *nd)
-{
-	pthread_mutex_lock(&nd->mu);
-	kvl__rconn *c = nd->idle;
-	nd->idle = NULL;
-	nd->n_idle = 0;
-	pthread_mutex_unlock(&nd->mu);
-	while (c) {
-		kvl__rconn *next = *kvl__rconn_next(c);
-		kvl__rconn_close(c);
-		c = next;
-	}
-}
-
-/* Records a failure to reach the node: it is down for a backoff. */
-static void node_mark_down(struct rnode *nd, const char *why)
-{
-	pthread_mutex_lock(&nd->mu);
-	unsigned f = nd->fails < 8 ? ++nd->fails : nd->fails;
-	uint64_t back = R_DOWN_MIN_NS << (f - 1);
-	if (back > R_DOWN_MAX_NS)
-		back = R_DOWN_MAX_NS;
-	snprintf(nd->why, sizeof nd->why, "%.*s", (int)sizeof nd->why - 1,
-	         why);
-	atomic_store(&nd->down_until, r_now() + back);
-	pthread_mutex_unlock(&nd->mu);
-}
-
-/* A connection to the node: an idle one, or a new one. KVL_EIO (message in
- * errbuf) when the node is down or cannot be reached. */
-static int node_conn(struct rstore *r, struct rnode *nd, kvl__rconn **out,
-                     char *errbuf, size_t errlen)
-{
-	pthread_mutex_lock(&nd->mu);
-	kvl__rconn *c = nd->idle;
-	if (c) {
-		nd->idle = *kvl__rconn_next(c);
-		nd->n_idle--;
-	}
-	uint64_t now = r_now(), until = atomic_load(&nd->down_until);
-	if (!c && until > now) {
-		int rc = kvl__fail_buf(errbuf, errlen, KVL_EIO,
-		                       "redis %s is down (%s); next attempt "
-		                       "in %llu ms",
-		                       nd->name, nd->why,
-		                       (unsigned long long)((until - now) /
-		                                            1000000 + 1));
-		pthread_mutex_unlock(&nd->mu);
-		return rc;
-	}
-	pthread_mutex_unlock(&nd->mu);
-	if (c) {
-		*kvl__rconn_next(c) = NULL;
-		*out = c;
-		return 0;
-	}
-	int rc = kvl__rconn_open(nd->host, nd->port, &r->cfg, nd, &c, errbuf,
-	                         errlen);
-	if (rc < 0) {
-		if (rc == KVL_EIO)
-			node_mark_down(nd, errbuf && errlen ? errbuf : "");
-		return rc;
-	}
-	pthread_mutex_lock(&nd->mu);
-	nd->fails = 0;
-	atomic_store(&nd->down_until, 0);
-	pthread_mutex_unlock(&nd->mu);
-	*out = c;
-	return 0;
-}
-
-/* Returns a connection to its node's pool, or closes it. */
-static void node_conn_put(struct rstore *r, kvl__rconn *c)
-{
-	struct rnode *nd = kvl__rconn_owner(c);
-	if (!kvl__rconn_broken(c)) {
-		pthread_mutex_lock(&nd->mu);
-		if (nd->n_idle < r->pool_max) {
-			*kvl__rconn_next(c) = nd->idle;
-			nd->idle = c;
-			nd->n_idle++;
-			c = NULL;
-		}
-		pthread_mutex_unlock(&nd->mu);
-	}
-	kvl__rconn_close(c);
 }
 
 /* ------------------------------------------------------------ slot map */
@@ -411,11 +281,11 @@ fail:
 }
 
 /* Asks one node for CLUSTER SLOTS and installs the answer. 0 or <0. */
-static int topo_load_from(struct rstore *r, struct rnode *nd, char *why,
+static int topo_load_from(struct rstore *r, kvl__rnode *nd, char *why,
                           size_t whylen)
 {
 	kvl__rconn *c = NULL;
-	int rc = node_conn(r, nd, &c, why, whylen);
+	int rc = kvl__rnode_conn(nd, &r->cfg, &c, why, whylen);
 	if (rc < 0)
 		return rc;
 	kvl__rcmd cmd = { 2, { "CLUSTER", "SLOTS" }, { 7, 5 } };
@@ -424,14 +294,15 @@ static int topo_load_from(struct rstore *r, struct rnode *nd, char *why,
 	                        r->timeout_ms, why, whylen);
 	if (rc == 0) {
 		pthread_mutex_lock(&r->mu);
-		if (topo_install_locked(r, rep, nd->host, why, whylen) < 0)
+		if (topo_install_locked(r, rep, kvl__rnode_host(nd), why,
+		                        whylen) < 0)
 			rc = KVL_EIO;
 		pthread_mutex_unlock(&r->mu);
 		freeReplyObject(rep);
 	} else {
-		node_flush(nd);
+		kvl__rnode_flush(nd);
 	}
-	node_conn_put(r, c);
+	kvl__rnode_conn_put(c, r->pool_max);
 	return rc;
 }
 
@@ -471,11 +342,11 @@ static void topo_refresh(struct rstore *r)
 	int done = 0;
 	for (int pass = 0; pass < 2 && !done; pass++)
 		for (size_t i = 0; i < k && !done; i++) {
-			struct rnode *nd = r->nodes[order[i]];
-			if (node_is_down(nd, r_now()) != pass)
+			kvl__rnode *nd = r->nodes[order[i]];
+			if (kvl__rnode_is_down(nd, r_now()) != pass)
 				continue;
 			if (pass)
-				atomic_store(&nd->down_until, 0);
+				kvl__rnode_clear_down(nd);
 			char why[KVL__ERRMSG_MAX];
 			done = topo_load_from(r, nd, why, sizeof why) == 0;
 		}
@@ -507,7 +378,7 @@ static uint16_t route_locked(struct rstore *r, kvl__rop *op, uint64_t now)
 		uint64_t start = atomic_fetch_add(&r->rr, 1);
 		for (uint16_t i = 0; i < rs->n; i++) {
 			uint16_t id = rs->ids[(start + i) % rs->n];
-			if (!node_is_down(r->nodes[id], now))
+			if (!kvl__rnode_is_down(r->nodes[id], now))
 				return id;
 		}
 	}
@@ -847,9 +718,10 @@ static void call_run(struct rcall *k, size_t n_keys)
 		for (size_t g = 0; g < groups; g++) {
 			kvl__rop **ops = k->order + start[g];
 			size_t n = start[g + 1] - start[g];
-			struct rnode *nd = r->nodes[ops[0]->node];
+			kvl__rnode *nd = r->nodes[ops[0]->node];
 			conns[g] = NULL;
-			if (node_conn(r, nd, &conns[g], msg, sizeof msg) < 0) {
+			if (kvl__rnode_conn(nd, &r->cfg, &conns[g], msg,
+			                    sizeof msg) < 0) {
 				for (size_t i = 0; i < n; i++) {
 					kvl__rop *op = ops[i];
 					if (op->lost++ == 0 && r->cluster) {
@@ -893,13 +765,14 @@ static void call_run(struct rcall *k, size_t n_keys)
 				op_outcome(k, op, c);
 			}
 			if (kvl__rconn_broken(c)) {
-				struct rnode *nd = kvl__rconn_owner(c);
+				kvl__rnode *nd = kvl__rconn_owner(c);
 				if (timed_out)
-					node_mark_down(nd, kvl__rconn_why(c));
+					kvl__rnode_mark_down(nd,
+					                     kvl__rconn_why(c));
 				else
-					node_flush(nd);
+					kvl__rnode_flush(nd);
 			}
-			node_conn_put(r, c);
+			kvl__rnode_conn_put(c, r->pool_max);
 		}
 		if (conns != small)
 			free(conns);
@@ -1241,10 +1114,10 @@ static void redis_stats(void *impl, kvl_store_stats *out)
 	uint64_t objects = 0, bytes = 0, capacity = 0, evictions = 0;
 	int no_cap = 0;
 	for (size_t i = 0; i < k; i++) {
-		struct rnode *nd = r->nodes[ids[i]];
+		kvl__rnode *nd = r->nodes[ids[i]];
 		kvl__rconn *c = NULL;
 		char why[KVL__ERRMSG_MAX];
-		if (node_conn(r, nd, &c, why, sizeof why) < 0) {
+		if (kvl__rnode_conn(nd, &r->cfg, &c, why, sizeof why) < 0) {
 			unknown = 1;
 			continue;
 		}
@@ -1257,7 +1130,7 @@ static void redis_stats(void *impl, kvl_store_stats *out)
 		if (kvl__rconn_control(c, 3, cmds, (struct redisReply **)rep,
 		                       r->timeout_ms, why, sizeof why) < 0) {
 			unknown = 1;
-			node_conn_put(r, c);
+			kvl__rnode_conn_put(c, r->pool_max);
 			continue;
 		}
 		int f1 = 0, f2 = 0, f3 = 0;
@@ -1276,7 +1149,7 @@ static void redis_stats(void *impl, kvl_store_stats *out)
 		unknown |= !f1 || !f2;
 		for (int j = 0; j < 3; j++)
 			freeReplyObject(rep[j]);
-		node_conn_put(r, c);
+		kvl__rnode_conn_put(c, r->pool_max);
 	}
 	free(ids);
 	free(seen);
@@ -1295,7 +1168,7 @@ static void redis_close(void *impl)
 		return;
 	size_t n = atomic_load(&r->n_nodes);
 	for (size_t i = 0; i < n; i++)
-		node_free(r->nodes[i]);
+		kvl__rnode_free(r->nodes[i]);
 	free(r->slot_master);
 	free(r->slot_rset);
 	free(r->rsets);
@@ -1423,14 +1296,14 @@ static int redis_authority(struct rstore *r, const char *auth, char *errbuf,
 
 /* Appends why a seed could not be used to the list `tried` (used bytes
  * so far in *used) and marks the node down. */
-static void seed_skip(struct rnode *nd, const char *why, char *tried,
+static void seed_skip(kvl__rnode *nd, const char *why, char *tried,
                       size_t cap, size_t *used)
 {
 	int w = snprintf(tried + *used, cap - *used, "%s%s", *used ? "; " : "",
 	                 why);
 	if (w > 0 && (size_t)w < cap - *used)
 		*used += (size_t)w;
-	node_mark_down(nd, why);
+	kvl__rnode_mark_down(nd, why);
 }
 
 /* Connects to the seeds in order, asks the first that answers whether it
@@ -1447,11 +1320,12 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 	probe.readonly = 0;
 
 	for (size_t i = 0; i < n_seeds; i++) {
-		struct rnode *nd = r->nodes[i];
+		kvl__rnode *nd = r->nodes[i];
 		kvl__rconn *c = NULL;
 		char why[KVL__ERRMSG_MAX];
-		int rc = kvl__rconn_open(nd->host, nd->port, &probe, nd, &c, why,
-		                         sizeof why);
+		int rc = kvl__rconn_open(kvl__rnode_host(nd),
+		                         kvl__rnode_port(nd), &probe, nd, &c,
+		                         why, sizeof why);
 		if (rc == KVL_EIO && !strstr(why, "authentication")) {
 			seed_skip(nd, why, tried, sizeof tried, &used);
 			continue;
@@ -1478,7 +1352,7 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 		if (rep[0]->type == REDIS_REPLY_ERROR) {
 			int noauth = strncmp(rep[0]->str, "NOAUTH", 6) == 0;
 			rc = kvl__fail_buf(errbuf, errlen, KVL_EIO,
-			                   "redis %s: %s%s", nd->name,
+			                   "redis %s: %s%s", kvl__rnode_name(nd),
 			                   rep[0]->str,
 			                   noauth ? " (the server needs a "
 			                            "password: redis://:PASSWORD"
@@ -1510,20 +1384,21 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 					"redis: %zu hosts given but %s is not a "
 					"cluster node (cluster_enabled:0); a "
 					"standalone server takes one host:port",
-					n_seeds, nd->name);
+					n_seeds, kvl__rnode_name(nd));
 			if (r->replicas)
 				return kvl__fail_buf(
 					errbuf, errlen, KVL_EINVAL,
 					"redis: replicas=1 needs a Redis Cluster; "
 					"%s is a standalone server",
-					nd->name);
+					kvl__rnode_name(nd));
 			r->cfg.db = (uint32_t)db;
 			if (db) { /* check SELECT now: a clear error at open */
 				kvl__rconn *d = NULL;
-				rc = node_conn(r, nd, &d, errbuf, errlen);
+				rc = kvl__rnode_conn(nd, &r->cfg, &d, errbuf,
+				                     errlen);
 				if (rc < 0)
 					return rc;
-				node_conn_put(r, d);
+				kvl__rnode_conn_put(d, r->pool_max);
 			}
 			return 0;
 		}
@@ -1532,7 +1407,7 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 			                   "redis: db=%llu: a Redis Cluster has "
 			                   "only database 0 (%s is a cluster "
 			                   "node)",
-			                   (unsigned long long)db, nd->name);
+			                   (unsigned long long)db, kvl__rnode_name(nd));
 		kvl__rcmd sl = { 2, { "CLUSTER", "SLOTS" }, { 7, 5 } };
 		redisReply *slots = NULL;
 		if (rc == 0)
@@ -1543,13 +1418,13 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 		if (rc < 0)
 			return rc;
 		pthread_mutex_lock(&r->mu);
-		rc = topo_install_locked(r, slots, nd->host, why, sizeof why);
+		rc = topo_install_locked(r, slots, kvl__rnode_host(nd), why, sizeof why);
 		r->last_refresh = r_now();
 		pthread_mutex_unlock(&r->mu);
 		freeReplyObject(slots);
 		if (rc < 0)
 			return kvl__fail_buf(errbuf, errlen, KVL_EIO,
-			                     "redis %s: %s", nd->name, why);
+			                     "redis %s: %s", kvl__rnode_name(nd), why);
 		r->cfg.readonly = r->replicas;
 		return 0;
 	}
