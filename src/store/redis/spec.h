@@ -1,6 +1,7 @@
 /*
- * spec.h — the pure parts of the Redis Cluster specification that
- * the redis:// store needs (internal; no I/O, no hiredis types).
+ * spec.h — the pure parts of the Redis Cluster specification (and of
+ * INFO replies) that the redis:// store needs (internal; no I/O, no
+ * hiredis types).
  *
  *  - Key slots: CRC16 (XMODEM: polynomial 0x1021, initial value 0, no
  *    reflection) of the key, or of its hash tag, modulo 16384. The hash tag
@@ -12,6 +13,8 @@
  *  - Addresses: "host:port", "[v6addr]:port" or "host" (port 6379); an
  *    unbracketed address with several ':' splits at the last one, as Redis
  *    prints IPv6 endpoints in redirections.
+ *  - INFO replies: lines "name:value" (CRLF-terminated), under "# Section"
+ *    headings.
  *
  * Every function is thread-safe and allocates nothing.
  */
@@ -57,5 +60,10 @@ kvl__redis_err_kind kvl__redis_classify(const char *msg, size_t len,
  * empty, too long or holds a NUL, space or control byte, or the port is not
  * 1..65535. */
 int kvl__redis_parse_addr(const char *s, size_t len, char *host, int *port);
+
+/* The value of "name:value" in the INFO text `text` (NUL-terminated), as
+ * an unsigned decimal, with *found = 1; 0 with *found = 0 when no line
+ * starts with "name:". */
+uint64_t kvl__redis_info_u64(const char *text, const char *name, int *found);
 
 #endif /* KVL_REDIS_SPEC_H */

@@ -143,22 +143,6 @@ static char *pct_decode(const char *s, size_t n)
 	return out;
 }
 
-/* The value of "name:value" in an INFO text, or 0 (and *found = 0). */
-static uint64_t info_u64(const char *text, const char *name, int *found)
-{
-	size_t n = strlen(name);
-	for (const char *p = text; p && *p; p = strchr(p, '\n')) {
-		if (*p == '\n')
-			p++;
-		if (strncmp(p, name, n) == 0 && p[n] == ':') {
-			*found = 1;
-			return strtoull(p + n + 1, NULL, 10);
-		}
-	}
-	*found = 0;
-	return 0;
-}
-
 /* --------------------------------------------------------------- nodes */
 
 /* The id of node host:port, created if new. R_NONE when the table is
@@ -1139,13 +1123,15 @@ static void redis_stats(void *impl, kvl_store_stats *out)
 		else
 			unknown = 1;
 		if (rep[1]->type == REDIS_REPLY_STRING) {
-			bytes += info_u64(rep[1]->str, "used_memory", &f1);
-			uint64_t mm = info_u64(rep[1]->str, "maxmemory", &f2);
+			const char *info = rep[1]->str;
+			bytes += kvl__redis_info_u64(info, "used_memory", &f1);
+			uint64_t mm = kvl__redis_info_u64(info, "maxmemory", &f2);
 			capacity += mm;
 			no_cap |= mm == 0;
 		}
 		if (rep[2]->type == REDIS_REPLY_STRING)
-			evictions += info_u64(rep[2]->str, "evicted_keys", &f3);
+			evictions += kvl__redis_info_u64(rep[2]->str,
+			                                 "evicted_keys", &f3);
 		unknown |= !f1 || !f2;
 		for (int j = 0; j < 3; j++)
 			freeReplyObject(rep[j]);
@@ -1364,8 +1350,10 @@ static int redis_discover(struct rstore *r, uint64_t db, char *errbuf,
 			return rc;
 		}
 		int found = 0;
-		r->cluster = rep[0]->type == REDIS_REPLY_STRING &&
-		             info_u64(rep[0]->str, "cluster_enabled", &found) == 1;
+		r->cluster =
+			rep[0]->type == REDIS_REPLY_STRING &&
+			kvl__redis_info_u64(rep[0]->str, "cluster_enabled",
+			                    &found) == 1;
 		r->max_value = R_DEFAULT_MAX_VALUE;
 		if (rep[1]->type == REDIS_REPLY_ARRAY && rep[1]->elements == 2 &&
 		    rep[1]->element[1]->type == REDIS_REPLY_STRING) {
