@@ -1,8 +1,8 @@
 /*
  * conn.h — one connection to one Redis node (internal): connect and
  * handshake, control commands, and what the rest of the redis:// store
- * may know of a connection. Used by the store (store.c) and by
- * pipeline.h, which adds the data path.
+ * may know of a connection. Used by the Redis client (node.c, cluster.c,
+ * call.c) and by pipeline.h, which adds the data path.
  *
  * Two ways to talk over a connection, never at the same time:
  *
@@ -20,7 +20,7 @@
  * progress for the timeout) is marked broken. A broken connection must be
  * closed, never reused.
  *
- * Threads: a connection is used by one thread at a time (the store's pools
+ * Threads: a connection is used by one thread at a time (the node pools
  * hand it out); nothing here locks.
  */
 #ifndef KVL_REDIS_CONN_H

@@ -1,7 +1,7 @@
 /*
- * node.h — one Redis node as the redis:// store sees it (internal; used
- * by store.c): its address, its pool of idle connections and its failure
- * record.
+ * node.h — one Redis node as the Redis client sees it (internal; used by
+ * cluster.c and call.c): its address, its pool of idle connections and
+ * its failure record.
  *
  * A node that cannot be connected to, or that stalled past the timeout, is
  * "down" for a backoff (100 ms doubling to 1 s): kvl__rnode_conn then

@@ -1,9 +1,9 @@
 /*
  * pipeline.h — the zero-copy pipelined data path of one connection
  * (internal): the operations of the redis:// store (kvl__rop), and the run
- * that carries them over many connections at once. The store (store.c)
- * fills the operations' requests, routes them, runs them here, retries
- * them and reads their replies.
+ * that carries them over many connections at once. The store mapping
+ * (store.c) fills the operations' requests and reads their replies; the
+ * Redis client (call.c) routes them, runs them here and retries them.
  *
  * A list of operations (kvl__rop) per connection, pipelined and run over
  * any number of connections at once from one thread with non-blocking
@@ -67,7 +67,8 @@ typedef enum kvl__rop_out {
 
 /* One operation on one key. The caller fills the request fields; the
  * connection fills the reply fields. The remaining fields belong to the
- * store (routing and retries) and are never touched here. */
+ * Redis client (call.c: routing and retries), but for `index`, which is
+ * its user's (store.c), and are never touched here. */
 typedef struct kvl__rop {
 	/* request */
 	const char *key;
@@ -90,7 +91,7 @@ typedef struct kvl__rop {
 	int64_t ival[2]; /* integer replies (CHECK: exists, strlen) */
 	uint64_t cost;   /* bytes counted in flight while it runs */
 
-	/* the store's */
+	/* the client's (index: its user's) */
 	uint32_t index;    /* the key's index in the caller's arrays */
 	uint16_t node;     /* node it is sent to in this round */
 	uint16_t redirect; /* node a MOVED/ASK named, or 0xffff */
@@ -98,7 +99,7 @@ typedef struct kvl__rop {
 	uint8_t tries;     /* redirections and retries so far */
 	uint8_t lost;      /* connection losses so far */
 	uint8_t to_master; /* a retry of a replica read goes to the master */
-	int err;           /* the store's verdict when it failed */
+	int err;           /* the client's verdict when it failed */
 } kvl__rop;
 
 /* Called for each error reply of an operation, with the message without the
