@@ -13,9 +13,10 @@
  * or a failure that may mean the topology changed (at most every 100 ms,
  * one refresh at a time), and at least every 10 s. A MOVED also points its
  * slot at the named node at once. Nodes are created on demand (seeds,
- * CLUSTER SLOTS, redirections) and live until close; a node that is down
- * (node.h) is tried last when refreshing, and replica reads skip it, so
- * that a failover moves operations to the new master.
+ * CLUSTER SLOTS, redirections) and live until close. A node that is down
+ * (node.h) is tried last when refreshing and skipped by replica reads;
+ * operations routed to it fail at once and ask for a refresh (call.c), so
+ * that a failover moves them to the new master.
  *
  * Invariants: node ids are indexes in `nodes`; every id in the slot map
  * and in rsets is below n_nodes. Locking: `mu` guards the slot map, the

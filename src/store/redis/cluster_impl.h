@@ -3,9 +3,11 @@
  * call.c; its user, store.c, has the opaque kvl__rcluster of cluster.h).
  *
  * cluster.c owns the node table, the slot map and its refresh; call.c runs
- * calls over them through the functions below and reads the fields fixed
- * at connect. Locking: `mu` guards the slot map, the node table's length
- * and the refresh state (see cluster.c); a node's own lock guards its pool
+ * calls over them through the functions below, and reads the fields fixed
+ * at connect and the published entries of the node table.
+ *
+ * Locking: `mu` guards the slot map, the node table's length and the
+ * refresh state (see cluster.c); a node's own lock guards its pool
  * (node.h). The two are never held together. Node pointers and the node
  * table entries below n_nodes never change once published, so a node id
  * obtained under `mu` may be used without it.
