@@ -1,9 +1,9 @@
 /*
  * fuzz_redis_reply.c — libFuzzer target: Redis replies as the redis://
- * store reads them — the data path's own RESP parser (src/redis_conn.c,
- * which scatters GETRANGE payloads straight into destination memory) and
- * the classification of error replies (MOVED/ASK redirections, addresses:
- * src/redis_cluster.c).
+ * store reads them — the data path's own RESP parser
+ * (src/store/redis/pipeline.c, which scatters GETRANGE payloads straight
+ * into destination memory) and the classification of error replies
+ * (MOVED/ASK redirections, addresses: src/store/redis/spec.c).
  *
  * Each input is one pipeline over a real socket: the target listens on a
  * loopback port, opens a kvl__rconn to itself, accepts, writes the reply
@@ -38,7 +38,7 @@
 #include <unistd.h>
 
 #include "store/redis/spec.h"
-#include "store/redis/conn.h"
+#include "store/redis/pipeline.h"
 
 #define CHECK(cond)                                                          \
 	do {                                                                 \

@@ -1,38 +1,26 @@
 /*
- * redis_conn.h — one connection to one Redis node (internal): connect and
- * handshake, control commands, and the zero-copy pipelined data path of the
- * redis:// store.
+ * conn.h — one connection to one Redis node (internal): connect and
+ * handshake, control commands, and what the rest of the redis:// store
+ * may know of a connection. Used by the Redis client (node.c, cluster.c,
+ * call.c) and by pipeline.h, which adds the data path.
  *
  * Two ways to talk over a connection, never at the same time:
  *
- *  - Control commands (kvl__rconn_control): cold-path commands (AUTH, INFO,
- *    CLUSTER SLOTS, DBSIZE, …) formatted by hiredis, their replies parsed by
- *    a hiredis reader into redisReply trees. Used while the connection has
- *    no data-path work.
+ *  - Control commands (kvl__rconn_control, here): cold-path commands (AUTH,
+ *    INFO, CLUSTER SLOTS, DBSIZE, …) formatted by hiredis, their replies
+ *    parsed by a hiredis reader into redisReply trees. Used while the
+ *    connection has no data-path work.
  *
- *  - The data path (kvl__rconn_run): a list of operations (kvl__rop) per
+ *  - The data path (kvl__rconn_run, pipeline.h): a list of operations per
  *    connection, pipelined and run over any number of connections at once
- *    from one thread with non-blocking sends and receives and poll(2). The
- *    commands are written by this file (RESP arrays of bulk strings) with
- *    sendmsg: a put's value goes from the caller's pieces to the socket
- *    with no copy in user space. Replies are parsed by this file too, so
- *    that the payload of a GETRANGE is received with recvmsg straight into
- *    the caller's destination ranges (the one unavoidable copy, by the
- *    kernel); only the few bytes read past a reply's end (at most a small
- *    peek when the next reply is large) go through the connection's input
- *    buffer and are copied from there.
- *
- * Bytes in flight: a connection starts sending an operation only while the
- * bytes of the operations it has sent and not yet seen answered (request
- * and expected reply bytes) stay within the cap; one operation is always
- * allowed, however large.
+ *    from one thread, with commands written and replies parsed by kvlink
+ *    itself, zero-copy.
  *
  * A connection that fails (closed by the server, reset, a protocol error, no
- * progress for the timeout) is marked broken: every operation of it that had
- * not received all its replies gets KVL__ROUT_LOST or KVL__ROUT_TIMEOUT. A
- * broken connection must be closed, never reused.
+ * progress for the timeout) is marked broken. A broken connection must be
+ * closed, never reused.
  *
- * Threads: a connection is used by one thread at a time (the store's pools
+ * Threads: a connection is used by one thread at a time (the node pools
  * hand it out); nothing here locks.
  */
 #ifndef KVL_REDIS_CONN_H
@@ -46,79 +34,6 @@
 struct redisReply; /* hiredis */
 
 typedef struct kvl__rconn kvl__rconn;
-
-/* A destination segment of a GETRANGE: object bytes [off, off + len) go to
- * addr, or are dropped when addr is NULL. A GET op's segments are sorted by
- * offset, do not overlap, and lie in [lo, hi). */
-typedef struct kvl__rseg {
-	uint64_t off;
-	size_t len;
-	char *addr;
-} kvl__rseg;
-
-typedef enum kvl__rop_kind {
-	KVL__ROP_EXISTS, /* EXISTS key                     → integer       */
-	KVL__ROP_GET,    /* GETRANGE key lo hi-1           → bulk, scattered */
-	KVL__ROP_CHECK,  /* EXISTS key; STRLEN key         → two integers  */
-	KVL__ROP_PUT,    /* SET key <pieces> NX [EX ttl]   → +OK or nil    */
-	KVL__ROP_DEL,    /* UNLINK key                     → integer       */
-} kvl__rop_kind;
-
-/* What the reply of an operation was (its last command's, or the first
- * error among its commands). */
-typedef enum kvl__rop_out {
-	KVL__ROUT_NONE = 0, /* not run yet */
-	KVL__ROUT_INT,      /* integer(s) in ival */
-	KVL__ROUT_OK,       /* +OK */
-	KVL__ROUT_NIL,      /* nil bulk */
-	KVL__ROUT_BULK,     /* GET: hi - lo bytes, scattered into the segments */
-	KVL__ROUT_SHORT,    /* GET: a bulk of another length (nothing written) */
-	KVL__ROUT_ERR,      /* an error reply; the error callback saw it */
-	KVL__ROUT_LOST,     /* the connection failed before the reply */
-	KVL__ROUT_TIMEOUT,  /* no progress on the connection for the timeout */
-	KVL__ROUT_PROTO,    /* a reply of an unexpected type */
-} kvl__rop_out;
-
-/* One operation on one key. The caller fills the request fields; the
- * connection fills the reply fields. The remaining fields belong to the
- * store (routing and retries) and are never touched here. */
-typedef struct kvl__rop {
-	/* request */
-	const char *key;
-	uint32_t klen;
-	uint8_t kind;   /* kvl__rop_kind */
-	uint8_t asking; /* send ASKING before the command */
-	/* GET */
-	uint64_t lo, hi;
-	const kvl__rseg *seg;
-	uint32_t nseg;
-	/* PUT */
-	uint32_t npieces;
-	const kvl_iov *pieces;
-	uint64_t vlen; /* sum of the pieces' lengths */
-
-	/* reply */
-	uint8_t out;     /* kvl__rop_out */
-	uint8_t got;     /* replies received */
-	uint8_t nrep;    /* replies expected (set when sent) */
-	int64_t ival[2]; /* integer replies (CHECK: exists, strlen) */
-	uint64_t cost;   /* bytes counted in flight while it runs */
-
-	/* the store's */
-	uint32_t index;    /* the key's index in the caller's arrays */
-	uint16_t node;     /* node it is sent to in this round */
-	uint16_t redirect; /* node a MOVED/ASK named, or 0xffff */
-	uint8_t state;
-	uint8_t tries;     /* redirections and retries so far */
-	uint8_t lost;      /* connection losses so far */
-	uint8_t to_master; /* a retry of a replica read goes to the master */
-	int err;           /* the store's verdict when it failed */
-} kvl__rop;
-
-/* Called for each error reply of an operation, with the message without the
- * '-' and the CRLF (valid only during the call). */
-typedef void (*kvl__rconn_err_fn)(void *ctx, kvl__rconn *c, kvl__rop *op,
-                                  const char *msg, size_t len);
 
 /* How to set up a connection. */
 typedef struct kvl__rconn_cfg {
@@ -170,28 +85,5 @@ typedef struct kvl__rcmd {
 int kvl__rconn_control(kvl__rconn *c, size_t n, const kvl__rcmd *cmds,
                        struct redisReply **replies, uint32_t timeout_ms,
                        char *errbuf, size_t errlen);
-
-/* The data path. Hands the connection its operations for one run: ops[0..n)
- * in order (the array is borrowed until the run ends). `inflight` caps the
- * bytes in flight; `set_tail` is what follows a put's value ("\r\n" and the
- * NX/EX arguments, set_argc arguments in all). */
-typedef struct kvl__rconn_job {
-	kvl__rop **ops;
-	size_t n;
-	uint64_t inflight;
-	const char *set_tail;
-	size_t set_tail_len;
-	int set_argc;
-	kvl__rconn_err_fn on_error;
-	void *ctx;
-} kvl__rconn_job;
-
-void kvl__rconn_start(kvl__rconn *c, const kvl__rconn_job *job);
-
-/* Runs the jobs of n connections at once until every operation has its
- * reply or its connection failed. A connection that moves no byte for
- * timeout_ms while it has work fails with KVL__ROUT_TIMEOUT. Never fails as
- * a whole: outcomes are per operation. */
-void kvl__rconn_run(kvl__rconn **conns, size_t n, uint32_t timeout_ms);
 
 #endif /* KVL_REDIS_CONN_H */

@@ -1,8 +1,9 @@
 /*
- * redis_cluster.c — key slots, redirection errors and addresses of the
- * Redis Cluster specification (see redis_cluster.h). Pure functions: no
- * state, no I/O, no allocation.
+ * spec.c — key slots, redirection errors and addresses of the
+ * Redis Cluster specification, and INFO fields (see spec.h). Pure
+ * functions: no state, no I/O, no allocation.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "store/redis/spec.h"
@@ -186,4 +187,19 @@ kvl__redis_err_kind kvl__redis_classify(const char *msg, size_t len,
 	    starts_word(msg, len, "NOPERM"))
 		return KVL__REDIS_ERR_AUTH;
 	return KVL__REDIS_ERR_OTHER;
+}
+
+uint64_t kvl__redis_info_u64(const char *text, const char *name, int *found)
+{
+	size_t n = strlen(name);
+	for (const char *p = text; p && *p; p = strchr(p, '\n')) {
+		if (*p == '\n')
+			p++;
+		if (strncmp(p, name, n) == 0 && p[n] == ':') {
+			*found = 1;
+			return strtoull(p + n + 1, NULL, 10);
+		}
+	}
+	*found = 0;
+	return 0;
 }

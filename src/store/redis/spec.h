@@ -1,6 +1,7 @@
 /*
- * redis_cluster.h — the pure parts of the Redis Cluster specification that
- * the redis:// store needs (internal; no I/O, no hiredis types).
+ * spec.h — the pure parts of the Redis Cluster specification (and of
+ * INFO replies) that the redis:// store needs (internal; no I/O, no
+ * hiredis types).
  *
  *  - Key slots: CRC16 (XMODEM: polynomial 0x1021, initial value 0, no
  *    reflection) of the key, or of its hash tag, modulo 16384. The hash tag
@@ -12,11 +13,13 @@
  *  - Addresses: "host:port", "[v6addr]:port" or "host" (port 6379); an
  *    unbracketed address with several ':' splits at the last one, as Redis
  *    prints IPv6 endpoints in redirections.
+ *  - INFO replies: lines "name:value" (CRLF-terminated), under "# Section"
+ *    headings.
  *
  * Every function is thread-safe and allocates nothing.
  */
-#ifndef KVL_REDIS_CLUSTER_H
-#define KVL_REDIS_CLUSTER_H
+#ifndef KVL_REDIS_SPEC_H
+#define KVL_REDIS_SPEC_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -58,4 +61,9 @@ kvl__redis_err_kind kvl__redis_classify(const char *msg, size_t len,
  * 1..65535. */
 int kvl__redis_parse_addr(const char *s, size_t len, char *host, int *port);
 
-#endif /* KVL_REDIS_CLUSTER_H */
+/* The value of "name:value" in the INFO text `text` (NUL-terminated), as
+ * an unsigned decimal, with *found = 1; 0 with *found = 0 when no line
+ * starts with "name:". */
+uint64_t kvl__redis_info_u64(const char *text, const char *name, int *found);
+
+#endif /* KVL_REDIS_SPEC_H */
