@@ -456,9 +456,12 @@ class Linker(Closable):
                 ``cudaStream_t``, or None: torch's current stream when torch
                 has initialized CUDA, else the legacy default stream.
 
+        A linker without GPU pools (or a kvlink built without CUDA) has
+        nothing to copy on a stream: this then waits on the CPU exactly as
+        :meth:`wait`.
+
         Raises:
-            NotSupported: this kvlink was built without CUDA. Errors as
-            :meth:`wait`.
+            as :meth:`wait`, and StoreIOError when a CUDA call failed.
         """
         self._check(lib.kvl_linker_wait_stream(self._handle, int(batch),
                                                int(layer),
