@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvlink.h"
 
@@ -90,5 +91,9 @@ int kvl__name_ok(const char *s, const char *extra);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t kvl__now_ns(void);
+
+/* The CLOCK_MONOTONIC time ms milliseconds from now, for timed waits on
+ * condition variables set to that clock. */
+struct timespec kvl__deadline_after(uint32_t ms);
 
 #endif /* KVL_INTERNAL_H */

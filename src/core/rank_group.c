@@ -121,26 +121,13 @@ static void complete_round(kvl_rank_group *g, uint64_t *mine)
 	pthread_cond_broadcast(&g->cv);
 }
 
-static struct timespec deadline_after(unsigned ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)(ms / 1000);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	return ts;
-}
-
 int kvl_rank_group_allreduce(uint64_t *bits, size_t n_words, void *group)
 {
 	kvl_rank_group *g = group;
 	if (!g)
 		return KVL_EINVAL;
 	/* Deadline taken before the lock: time spent waiting for it counts. */
-	struct timespec deadline = deadline_after(g->timeout_ms);
+	struct timespec deadline = kvl__deadline_after(g->timeout_ms);
 
 	pthread_mutex_lock(&g->mu);
 	if (g->broken) {

@@ -21,17 +21,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static void deadline_after(struct timespec *ts, uint32_t ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 /* Waits on cv until woken or the deadline (NULL: none). ETIMEDOUT or 0. */
 static int cv_wait(pthread_cond_t *cv, pthread_mutex_t *mu,
                    const struct timespec *deadline)
@@ -381,7 +370,7 @@ static int wait_layer_locked(kvl_linker *lk, uint64_t batch, uint32_t layer,
 {
 	struct timespec dl;
 	if (timeout_ms && timeout_ms != UINT32_MAX)
-		deadline_after(&dl, timeout_ms);
+		dl = kvl__deadline_after(timeout_ms);
 	lk_batch *b = &lk->batches[batch % KVL_LINKER_MAX_BATCHES];
 	*b_out = b;
 	for (;;) {
@@ -467,7 +456,7 @@ int kvl_linker_flush(kvl_linker *lk, uint32_t timeout_ms)
 		return KVL_EINVAL;
 	struct timespec dl;
 	if (timeout_ms != UINT32_MAX)
-		deadline_after(&dl, timeout_ms);
+		dl = kvl__deadline_after(timeout_ms);
 	pthread_mutex_lock(&lk->mu);
 	uint64_t target = lk->off_queued;
 	int rc = 0;
@@ -498,7 +487,7 @@ int kvl_linker_poll(kvl_linker *lk, kvl_completion *out, size_t cap,
 		                 "poll: %s is NULL", !n_out ? "n_out" : "out");
 	struct timespec dl;
 	if (timeout_ms && timeout_ms != UINT32_MAX)
-		deadline_after(&dl, timeout_ms);
+		dl = kvl__deadline_after(timeout_ms);
 	pthread_mutex_lock(&lk->mu);
 	while (lk->comp_n == 0 && timeout_ms && cap) {
 		/* Nothing can arrive once shut down with nothing open. */
