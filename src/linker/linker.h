@@ -176,8 +176,8 @@ void kvl__lk_post_locked(kvl_linker *lk, lk_req *r);
  * no valid page. Caller holds mu. */
 void kvl__lk_cancel_list_locked(kvl_linker *lk, lk_req *r);
 
-/* Scratch for `cap` items: per_item bytes of pieces each, and hdr bytes of
- * headers each (0: none). 0 or KVL_ENOMEM; free with kvl__lk_io_free (also
+/* Scratch for `cap` items: per_item bytes of pieces each and hdr bytes of
+ * headers each (0: none of them). 0 or KVL_ENOMEM; free with kvl__lk_io_free (also
  * after a failure). */
 int kvl__lk_io_alloc(lk_io *io, size_t cap, size_t per_item, size_t hdr);
 void kvl__lk_io_free(lk_io *io);

@@ -11,7 +11,6 @@
 
 #include "linker/path.h"
 
-
 /* ------------------------------------------------------------- building */
 
 int kvl__lk_req_build(kvl_linker *lk, kvl_req_kind kind, uint64_t id,
@@ -178,10 +177,10 @@ int kvl__lk_io_alloc(lk_io *io, size_t cap, size_t per_item, size_t hdr)
 	io->reqs = calloc(cap, sizeof *io->reqs);
 	io->counts = calloc(cap, sizeof *io->counts);
 	io->res = calloc(cap, sizeof *io->res);
-	io->pieces = calloc(cap, per_item);
+	io->pieces = per_item ? calloc(cap, per_item) : NULL;
 	io->hdrs = hdr ? aligned_alloc(64, kvl__round64(cap * hdr)) : NULL;
 	if (!io->keyp || !io->items || !io->reqs || !io->counts || !io->res ||
-	    !io->pieces || (hdr && !io->hdrs))
+	    (per_item && !io->pieces) || (hdr && !io->hdrs))
 		return KVL_ENOMEM;
 	return 0;
 }
