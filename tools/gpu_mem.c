@@ -5,13 +5,13 @@
  */
 #include "cli.h"
 
-#if KVL_TOOL_CUDA
-#include <cuda_runtime.h>
-
 int kvl_cli_gpu_usable(void)
 {
 	return kvl_has_feature("cuda-device");
 }
+
+#if KVL_TOOL_CUDA
+#include <cuda_runtime.h>
 
 void *kvl_cli_gpu_alloc(size_t len)
 {
@@ -42,11 +42,6 @@ int kvl_cli_gpu_copy(void *dst, const void *src, size_t len)
 	                                                                   : -1;
 }
 #else
-int kvl_cli_gpu_usable(void)
-{
-	return 0;
-}
-
 void *kvl_cli_gpu_alloc(size_t len)
 {
 	(void)len;

@@ -40,11 +40,6 @@ typedef struct lk_gpu {
 int kvl__lk_gpu_open(kvl_linker *lk, int ring, char *errbuf, size_t errlen);
 void kvl__lk_gpu_close(kvl_linker *lk);
 
-/* The bytes read with layer ly of p (kvl__read_plan), contiguous in the
- * object. */
-size_t kvl__lk_gpu_read_span(const kvl_linker *lk, const kvl__pool *p,
-                             const kvl__layer *ly);
-
 /* The chunk list being filled for the next launch of the load copier. */
 typedef struct lk_gather {
 	kvl__chunk *ch;

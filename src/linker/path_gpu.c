@@ -16,12 +16,6 @@
 /* The most one half of the load ring holds, unless one item needs more. */
 #define GPU_RING_HALF (64ull << 20)
 
-size_t kvl__lk_gpu_read_span(const kvl_linker *lk, const kvl__pool *p,
-                             const kvl__layer *ly)
-{
-	return kvl__read_plan(p, ly, lk->caps.whole_reads).span;
-}
-
 /* The CUDA device of the GPU pools (-1 if none), after checking that each
  * lives in CUDA memory only and all on one device. */
 static int gpu_device(const kvl_linker *lk, char *errbuf, size_t errlen,
@@ -67,8 +61,9 @@ int kvl__lk_gpu_open(kvl_linker *lk, int ring, char *errbuf, size_t errlen)
 		if (p->object_size > max_obj)
 			max_obj = p->object_size;
 		for (uint32_t k = 0; k < p->n_layers; k++) {
-			size_t span = kvl__round64(
-				kvl__lk_gpu_read_span(lk, p, &p->layers[k]));
+			kvl__read rd = kvl__read_plan(p, &p->layers[k],
+			                              lk->caps.whole_reads);
+			size_t span = kvl__round64(rd.span);
 			if (span > max_span)
 				max_span = span;
 		}
