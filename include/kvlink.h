@@ -221,7 +221,8 @@ KVL_API const char *kvl_linker_errmsg(const kvl_linker *lk);
  * offers only the empty prefix), so other ranks never wait for it.
  * Errors: KVL_EINVAL (NULL, or pool_pages asking for no page), KVL_ERANGE
  * (n_pages > max_request_pages; returned before the all-reduce), KVL_EIO
- * (store down), KVL_ENOMEM, or the all-reduce's error. */
+ * (store down, or failing any key asked: a store that cannot answer is not
+ * a miss), KVL_ENOMEM, or the all-reduce's error. */
 KVL_API int kvl_linker_lookup(kvl_linker *lk, const kvl_hash *pages,
                               size_t n_pages,
                               const uint8_t *const *pool_pages,
@@ -231,9 +232,15 @@ KVL_API int kvl_linker_lookup(kvl_linker *lk, const kvl_hash *pages,
  * slots   one entry per pool: NULL = nothing of that pool; else n_pages
  *         destination slots, KVL_NO_SLOT for a page not loaded in that pool
  *         (e.g. only the trailing window of a sliding-window pool).
+ * No two pages of one batch may go to one slot of a pool: a load naming a
+ * slot twice, or a slot that a load already queued for the same batch
+ * writes, is refused whole (the message names the slot, the pool and both
+ * pages); a slot is free again once its batch started or its load was
+ * canceled.
  * Errors: KVL_EEXIST (a load with this id is queued or running),
  * KVL_ERANGE (a slot beyond its pool), KVL_EINVAL (NULL arguments, no pages,
- * nothing to load), KVL_EFULL (max_requests reached), KVL_ECLOSED. */
+ * nothing to load, a slot taken twice), KVL_EFULL (max_requests reached),
+ * KVL_ECLOSED. */
 KVL_API int kvl_linker_load(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
                             size_t n_pages, const size_t *const *slots);
 
@@ -294,7 +301,8 @@ KVL_API int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch,
  * Errors: KVL_EEXIST (an offload with this id is queued or running),
  * KVL_EFULL (max_requests reached: nothing queued; try after polling),
  * KVL_ENOTSUP (an event, but no pool lives on a CUDA device), KVL_ERANGE,
- * KVL_EINVAL, KVL_ECLOSED. */
+ * KVL_EINVAL (also two different pages from one slot of a pool),
+ * KVL_ECLOSED. */
 KVL_API int kvl_linker_offload(kvl_linker *lk, uint64_t id,
                                const kvl_hash *pages, size_t n_pages,
                                const size_t *const *slots, void *event);

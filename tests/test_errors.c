@@ -1292,6 +1292,15 @@ static int r_lookup_down(void)
 	return lks_close(&x, p == 0 ? rc : -999);
 }
 
+static int r_lookup_key_errors(void)
+{
+	lks x;
+	lks_open(&x, "fault+mem:?fault.error=1", NULL);
+	size_t p = 99;
+	int rc = kvl_linker_lookup(x.lk, x.pages, 4, NULL, &p);
+	return lks_close(&x, p == 0 ? rc : -999);
+}
+
 static int failing_allreduce(uint64_t *bits, size_t n, void *user)
 {
 	(void)bits;
@@ -1331,6 +1340,33 @@ static int r_load_slot_range(void)
 	lks_open(&x, "mem:", NULL);
 	x.slots[2] = NP;
 	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, x.sp));
+}
+
+static int r_load_slot_twice(void)
+{
+	lks x;
+	lks_open(&x, "mem:", NULL);
+	x.slots[3] = x.slots[1];
+	return lks_close(&x, kvl_linker_load(x.lk, 1, x.pages, 4, x.sp));
+}
+
+static int r_load_slot_taken(void)
+{
+	lks x;
+	lks_open(&x, "mem:", NULL);
+	int rc = kvl_linker_load(x.lk, 1, x.pages, 2, x.sp);
+	if (rc == 0) /* pages 0, 1 of load 2 into load 1's slots */
+		rc = kvl_linker_load(x.lk, 2, x.pages, 2, x.sp);
+	return lks_close(&x, rc);
+}
+
+static int r_offload_slot_twice(void)
+{
+	lks x;
+	lks_open(&x, "mem:", NULL);
+	x.slots[3] = x.slots[1];
+	return lks_close(&x, kvl_linker_offload(x.lk, 1, x.pages, 4, x.sp,
+	                                        NULL));
 }
 
 static int r_load_no_slot(void)
@@ -1908,12 +1944,15 @@ static const row rows[] = {
 	R("lookup.too-many-pages", r_lookup_too_many),
 	R("lookup.no-page-asked", r_lookup_no_page),
 	R("lookup.store-down", r_lookup_down),
+	R("lookup.key-errors", r_lookup_key_errors),
 	R("lookup.allreduce", r_lookup_allreduce),
 	R("load.no-pages", r_load_no_pages),
 	R("load.slots-null", r_load_slots_null),
 	R("load.slot-range", r_load_slot_range),
 	R("load.no-slot", r_load_no_slot),
 	R("load.too-many-pages", r_load_too_many),
+	R("load.slot-twice", r_load_slot_twice),
+	R("load.slot-taken", r_load_slot_taken),
 	R("load.duplicate", r_load_dup),
 	R("load.full", r_load_full),
 	R("load.closed", r_load_closed),
@@ -1929,6 +1968,7 @@ static const row rows[] = {
 	R("wait.corrupt", r_wait_corrupt),
 	R("wait.absent", r_wait_absent),
 	R("wait.shutdown", r_wait_shutdown),
+	R("offload.slot-twice", r_offload_slot_twice),
 	R("offload.duplicate", r_offload_dup),
 	R("offload.full", r_offload_full),
 	R("offload.closed", r_offload_closed),

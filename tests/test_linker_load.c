@@ -20,7 +20,7 @@
  * partial requests (one pool only), two requests in one batch, small
  * io_batch and max_request_pages, duplicate ids, bad slots, nothing to
  * load, bad arguments, empty batches and the batch ring (old batches
- * forgotten).
+ * forgotten), and slots that would receive (or give) two pages.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -233,8 +233,11 @@ static void test_load_args(void **state)
 	ASSERT_RC(lk, kvl_linker_load(lk, 7, d.pages, 4, d.sp),
 	          KVL_EEXIST);
 	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "7");
-	/* Another id in the same batch. */
-	ASSERT_RC(lk, kvl_linker_load(lk, 8, d.pages, 4, d.sp), KVL_OK);
+	/* Another id in the same batch, into other slots. */
+	req d2;
+	req_init(&d2, pg, 4);
+	req_pool(&d2, h.kv, 8, 0);
+	ASSERT_RC(lk, kvl_linker_load(lk, 8, d2.pages, 4, d2.sp), KVL_OK);
 	uint64_t b = 0;
 	ASSERT_RC(lk, kvl_linker_start(lk, &b), KVL_OK);
 	ASSERT_RC(lk, kvl_linker_wait(lk, b, N_LAYERS - 1, LONG_MS), KVL_OK);
@@ -243,6 +246,7 @@ static void test_load_args(void **state)
 	expect_completion(&cc[0], KVL_REQ_LOAD, 0, 4, 4);
 	expect_completion(&cc[1], KVL_REQ_LOAD, 0, 4, 4);
 	expect_none(lk, 20);
+	check_req(&h, &d2, 4, N_LAYERS);
 	/* Polled: the id is free again. */
 	kvl_completion c = load_sync(lk, 7, &d, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 4, 4);
@@ -329,12 +333,102 @@ static void test_load_args(void **state)
 	host_free(&h);
 }
 
+/* No two pages of one batch write one slot: within a load, across the
+ * loads of a batch (the second is refused with both named), and a slot is
+ * free again once its batch started or its load was canceled. An offload
+ * refuses two different pages read from one slot. */
+static void test_load_slot_twice(void **state)
+{
+	(void)state;
+	host h;
+	host_init(&h, NULL);
+	kvl_store *s = open_ok(STORE_URI);
+	kvl_linker *lk = open_lk(&h, s, NULL);
+	kvl_hash pg[4];
+	make_pages(pg, 4, 9);
+	req r;
+	req_init(&r, pg, 4);
+	req_pool(&r, h.kv, 0, 0);
+	fill_req(&h, &r);
+	expect_completion((kvl_completion[]){offload_sync(lk, 1, &r)},
+	                  KVL_REQ_OFFLOAD, 0, 4, 4);
+	memset(h.mem, FILL, h.mem_bytes);
+
+	/* Pages 1 and 2 into slot 3. */
+	req d;
+	req_init(&d, pg, 4);
+	req_pool(&d, h.kv, 4, 0);
+	d.slot[h.kv][1] = d.slot[h.kv][2] = 3;
+	ASSERT_RC(lk, kvl_linker_load(lk, 2, d.pages, 4, d.sp), KVL_EINVAL);
+	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "pages 1 and 2");
+	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "slot 3 of pool 'kv'");
+
+	/* Load 3 takes slots 4..7; load 4 wants slot 6 in the same batch. */
+	req a, b;
+	req_init(&a, pg, 4);
+	req_pool(&a, h.kv, 4, 0);
+	req_init(&b, pg, 2);
+	req_pool(&b, h.kv, 8, 0);
+	b.slot[h.kv][1] = 6;
+	ASSERT_RC(lk, kvl_linker_load(lk, 3, a.pages, 4, a.sp), KVL_OK);
+	ASSERT_RC(lk, kvl_linker_load(lk, 4, b.pages, 2, b.sp), KVL_EINVAL);
+	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "load 4: page 1");
+	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "slot 6 of pool 'kv'");
+	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "page 2 of load 3");
+	/* Refused whole: the id is free and page 0's slot 8 unclaimed. */
+	b.slot[h.kv][1] = 9;
+	ASSERT_RC(lk, kvl_linker_load(lk, 4, b.pages, 2, b.sp), KVL_OK);
+	uint64_t bt = 0;
+	ASSERT_RC(lk, kvl_linker_start(lk, &bt), KVL_OK);
+	ASSERT_RC(lk, kvl_linker_wait(lk, bt, N_LAYERS - 1, LONG_MS), KVL_OK);
+	kvl_completion cc[2];
+	collect(lk, (const uint64_t[]){3, 4}, 2, cc);
+	expect_completion(&cc[0], KVL_REQ_LOAD, 0, 4, 4);
+	expect_completion(&cc[1], KVL_REQ_LOAD, 0, 2, 2);
+	check_req(&h, &a, 4, N_LAYERS);
+	check_req(&h, &b, 2, N_LAYERS);
+
+	/* The batch started: its slots are free for the next one. A
+	 * canceled load gives its slots back too. */
+	ASSERT_RC(lk, kvl_linker_load(lk, 5, a.pages, 4, a.sp), KVL_OK);
+	int canceled = 0;
+	ASSERT_RC(lk, kvl_linker_cancel(lk, 5, &canceled), KVL_OK);
+	assert_int_equal(canceled, 1);
+	expect_completion((kvl_completion[]){collect1(lk, 5)}, KVL_REQ_LOAD,
+	                  KVL_ECANCELED, 0, 4);
+	kvl_completion c = load_sync(lk, 6, &a, NULL);
+	expect_completion(&c, KVL_REQ_LOAD, 0, 4, 4);
+
+	/* Offloads: two different pages from slot 0 are refused; one page
+	 * named twice with its slot is stored once. */
+	req o;
+	req_init(&o, pg, 2);
+	req_pool(&o, h.kv, 0, 0);
+	o.slot[h.kv][1] = 0;
+	ASSERT_RC(lk, kvl_linker_offload(lk, 7, o.pages, 2, o.sp, NULL),
+	          KVL_EINVAL);
+	ASSERT_CONTAINS(kvl_linker_errmsg(lk), "pages 0 and 1 both come from "
+	                                       "slot 0 of pool 'kv'");
+	o.pages[1] = o.pages[0];
+	ASSERT_RC(lk, kvl_linker_offload(lk, 7, o.pages, 2, o.sp, NULL),
+	          KVL_OK);
+	ASSERT_RC(lk, kvl_linker_flush(lk, LONG_MS), KVL_OK);
+	expect_completion((kvl_completion[]){collect1(lk, 7)},
+	                  KVL_REQ_OFFLOAD, 0, 2, 2);
+	expect_none(lk, 20);
+
+	kvl_linker_close(lk);
+	kvl_store_close(s);
+	host_free(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_load_roundtrip, next_test),
 		cmocka_unit_test_setup(test_io_batch, next_test),
 		cmocka_unit_test_setup(test_load_args, next_test),
+		cmocka_unit_test_setup(test_load_slot_twice, next_test),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -140,7 +140,8 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 	lk->off_absent = calloc(o.io_batch, sizeof *lk->off_absent);
 	int rc = KVL_ENOMEM;
 	if (!lk->comp || !lk->lookup.bits || !lk->policies || !lk->pool_path ||
-	    !lk->off_absent || kvl__lk_io_alloc(&lk->off_io, o.io_batch, 0, 0))
+	    !lk->off_absent || kvl__lk_claims_alloc(lk) ||
+	    kvl__lk_io_alloc(&lk->off_io, o.io_batch, 0, 0))
 		goto fail;
 	rc = open_paths(lk, errbuf, errlen);
 	if (rc) {
@@ -206,6 +207,7 @@ void kvl_linker_close(kvl_linker *lk)
 	for (size_t i = 0; i < lk->n_paths; i++)
 		lk->paths[i]->close(lk);
 	kvl__lk_io_free(&lk->off_io);
+	kvl__lk_claims_free(lk);
 	free(lk->off_absent);
 	free(lk->pool_path);
 	free(lk->comp);
@@ -271,6 +273,18 @@ static int accept_locked(kvl_linker *lk, lk_req *r)
 	return 0;
 }
 
+/* Undoes accept_locked for a request refused after it. */
+static void unaccept_locked(kvl_linker *lk, lk_req *r)
+{
+	lk->accounted--;
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		lk->open = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+}
+
 int kvl_linker_load(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
                     size_t n_pages, const size_t *const *slots)
 {
@@ -282,6 +296,8 @@ int kvl_linker_load(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
 		return rc;
 	pthread_mutex_lock(&lk->mu);
 	rc = accept_locked(lk, r);
+	if (rc == 0 && (rc = kvl__lk_claim_locked(lk, r)))
+		unaccept_locked(lk, r);
 	if (rc == 0) {
 		if (lk->load_tail)
 			lk->load_tail->qnext = r;
@@ -318,6 +334,7 @@ int kvl_linker_cancel(kvl_linker *lk, uint64_t id, int *canceled_out)
 		if (lk->load_tail == r)
 			lk->load_tail = prev;
 		r->qnext = NULL;
+		kvl__lk_unclaim_locked(lk, r);
 		kvl__lk_cancel_list_locked(lk, r);
 		*canceled_out = 1;
 	} else if (find_open_locked(lk, KVL_REQ_LOAD, id)) {
@@ -351,6 +368,8 @@ int kvl_linker_start(kvl_linker *lk, uint64_t *batch_out)
 	} else {
 		*b = (lk_batch){.id = lk->next_batch, .reqs = lk->load_head,
 		                .t_start_ns = kvl__now_ns()};
+		for (lk_req *r = b->reqs; r; r = r->qnext)
+			kvl__lk_unclaim_locked(lk, r);
 		if (!b->reqs) {
 			/* Nothing to load: complete now; the loader skips it. */
 			b->done = b->enqueued = lk->n_layers;
@@ -435,6 +454,8 @@ int kvl_linker_offload(kvl_linker *lk, uint64_t id, const kvl_hash *pages,
 	r->event = event;
 	pthread_mutex_lock(&lk->mu);
 	rc = accept_locked(lk, r);
+	if (rc == 0 && (rc = kvl__lk_claim_locked(lk, r)))
+		unaccept_locked(lk, r);
 	if (rc == 0) {
 		if (lk->off_tail)
 			lk->off_tail->qnext = r;

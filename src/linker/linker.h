@@ -137,6 +137,9 @@ struct kvl_linker {
 	uint64_t off_queued, off_completed;
 	kvl_completion *comp;  /* ring of max_requests */
 	size_t comp_head, comp_n;
+	uint64_t *claims;      /* claims.c: slot bits, loads' then an offload's */
+	size_t *claim_at;      /* each pool's first word in a map */
+	size_t claim_words;    /* words of one map */
 
 	pthread_t loader, offloader;
 	int threads_joined;
@@ -213,6 +216,20 @@ void kvl__lk_walk_start(lk_walk *w, const kvl_linker *lk, lk_batch *b,
                         uint32_t layer, const struct lk_path *path);
 /* 1 with w->it (and r, p, ly) set to the next item, or 0 at the end. */
 int kvl__lk_walk_next(lk_walk *w);
+
+/* ------------------------------------------------------------- claims.c */
+
+/* The slot bitmaps of every pool; 0 or KVL_ENOMEM. */
+int kvl__lk_claims_alloc(kvl_linker *lk);
+void kvl__lk_claims_free(kvl_linker *lk);
+/* A load claims its destination slots until its batch starts; an offload's
+ * source slots are checked against each other. KVL_EINVAL (nothing
+ * claimed) when a slot would receive two pages, or give two different
+ * pages. Caller holds mu. */
+int kvl__lk_claim_locked(kvl_linker *lk, const lk_req *r);
+/* Gives back the slots of queued load r (its batch started, or it was
+ * canceled). Caller holds mu. */
+void kvl__lk_unclaim_locked(kvl_linker *lk, const lk_req *r);
 
 /* ---------------------------------------------- loader.c, offloader.c */
 

@@ -80,7 +80,14 @@ static int lookup_local(kvl_linker *lk, const kvl_hash *pages, size_t n_pages,
 		for (size_t j = 0; j < n_pages; j++) {
 			if (want && !want[j])
 				continue;
-			flags[j] = s->res[m++] == 1;
+			int res = s->res[m++];
+			if (res < 0) /* a store that cannot tell is not a miss */
+				return kvl__fail(&lk->err, res,
+				                 "lookup: store: page %zu of pool "
+				                 "'%s': %s",
+				                 j, kvl__lk_pool(lk, (uint32_t)pi)->name,
+				                 kvl_store_errmsg(lk->store));
+			flags[j] = res == 1;
 			asked++;
 		}
 		present[pi] = asked ? flags : NULL;
