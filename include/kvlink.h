@@ -560,6 +560,10 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       docs/mooncake.md.
  *   fault+<URI>                         fault injection around any store
  *       (options prefixed fault.; see docs/stores.md)
+ * Every store takes breaker=N (its circuit breaker: after N calls in a row
+ * failed with KVL_EIO or KVL_ETIMEDOUT, calls fail at once with KVL_EIO
+ * until a background probe reaches the store; default 3 on redis:// and
+ * mooncake://, 0 (off) elsewhere) and breaker_ms (the first back-off, 100).
  * Stores are thread-safe: any number of threads may call any function on one
  * store at once, except kvl_store_close. */
 
@@ -578,6 +582,10 @@ typedef struct kvl_store_stats {
 	uint64_t puts;      /* objects newly stored */
 	uint64_t evictions; /* objects dropped to make room */
 	uint64_t errors;    /* per-key failures (I/O, full, range) */
+	/* The circuit breaker of a remote store (breaker= option): */
+	uint64_t breaker_opens;   /* times it opened */
+	uint64_t breaker_refused; /* calls it failed at once, while open */
+	uint64_t breaker_open;    /* 1 while it is open, else 0 */
 } kvl_store_stats;
 
 /* Opens a store from `uri` (NULL or "" means "mem:").

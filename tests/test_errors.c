@@ -656,6 +656,7 @@ static int r_uri_scheme_char(void) { return open_uri("1mem:"); }
 static int r_uri_space(void) { return open_uri("mem:?capacity= 1G"); }
 static int r_uri_empty_name(void) { return open_uri("mem:?=1"); }
 static int r_uri_no_value(void) { return open_uri("mem:?capacity"); }
+static int r_uri_breaker(void) { return open_uri("mem:?breaker_ms=0"); }
 static int r_uri_empty_value(void) { return open_uri("mem:?capacity="); }
 static int r_uri_twice(void)
 {
@@ -952,6 +953,23 @@ static int r_state_down_exists(void)
 	int res[1];
 	int rc = kvl_store_exists(s, k, 1, res);
 	note(rc, kvl_store_errmsg(s));
+	kvl_store_close(s);
+	return rc;
+}
+
+static int r_state_breaker(void)
+{
+	kvl_store *s = open_ok("fault+mem:?fault.down=1&breaker=1");
+	const char *k[1] = {"a"};
+	int res[1];
+	kvl_store_exists(s, k, 1, res); /* fails: opens the breaker */
+	uint8_t d[8];
+	kvl_range r = {0, d, sizeof d};
+	size_t one = 1;
+	int rc = kvl_store_get(s, k, 1, &r, &one, res);
+	note(rc, kvl_store_errmsg(s));
+	if (!strstr(kvl_store_errmsg(s), "calls in a row failed"))
+		rc = -999; /* refused by the store, not by the breaker */
 	kvl_store_close(s);
 	return rc;
 }
@@ -1889,6 +1907,7 @@ static const row rows[] = {
 	R("mooncake.replicas", r_mc_replicas),
 	R("mooncake.staging", r_mc_staging),
 	R("mooncake.unknown-option", r_mc_unknown),
+	R("uri.breaker", r_uri_breaker),
 	R("uri.out-null", r_uri_out_null),
 	R("mem.size", r_mem_size),
 	R("mem.size-overflow", r_mem_size_overflow),
@@ -1925,6 +1944,7 @@ static const row rows[] = {
 	R("state.down-call", r_state_down_exists),
 	R("state.down-key", r_state_down_put),
 	R("state.key-error", r_state_key_error),
+	R("state.breaker-open", r_state_breaker),
 	R("state.register-down", r_state_register_down),
 	R("pages.absent", r_pages_absent),
 	R("pages.bit-flip", r_pages_flip),

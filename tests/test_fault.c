@@ -700,6 +700,84 @@ static void test_down(void **state)
 	kvl_store_close(s);
 }
 
+/* The door's circuit breaker, on by option over the fault store: calls
+ * failed in a row open it; calls then fail at once and never reach the
+ * store; per-key failures of every key count as failed calls, a partial
+ * one does not; the prober closes it once the store answers. */
+static void test_breaker(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("fault+mem:?breaker=2&breaker_ms=10");
+	const char *keys[2] = { "b1", "b2" };
+	uint8_t v[16] = { 5 }, d[16];
+	int res[2] = { 99, 99 };
+	ASSERT_CODE(put1_rc(s, "b1", v, sizeof v), KVL_PUT_STORED);
+
+	/* One failed call, then a success: the count starts again. */
+	fault_down(s, 1);
+	ASSERT_CODE(kvl_store_exists(s, keys, 2, res), KVL_EIO);
+	fault_down(s, 0);
+	ASSERT_CODE(kvl_store_exists(s, keys, 2, res), 0);
+	fault_down(s, 1);
+	ASSERT_CODE(kvl_store_exists(s, keys, 2, res), KVL_EIO);
+	kvl_store_stats st;
+	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	ASSERT_U64(st.breaker_open, 0);
+	/* Every key failing is a failed call too: the second in a row. */
+	fault_down(s, 0);
+	kvl__fault_cfg c = fault_cfg(s);
+	c.error = 1.0;
+	fault_set_cfg(s, &c);
+	ASSERT_CODE(kvl_store_exists(s, keys, 2, res), 0);
+	ASSERT_CODE(res[0], KVL_EIO);
+	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	ASSERT_U64(st.breaker_open, 1);
+	ASSERT_U64(st.breaker_opens, 1);
+
+	/* Open: refused whole, before the store. */
+	c.error = 0;
+	c.down = 1;
+	fault_set_cfg(s, &c);
+	uint64_t gets = fault_gets(s);
+	for (int i = 0; i < 5; i++)
+		ASSERT_CODE(get1_rc(s, "b1", 0, d, sizeof d), KVL_EIO);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "store is down: 2 calls");
+	ASSERT_U64(fault_gets(s), gets);
+	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	ASSERT_TRUE(st.breaker_refused >= 5);
+	/* Bad keys are still refused as such, not by the breaker. */
+	const char *bad = "";
+	ASSERT_CODE(kvl_store_exists(s, &bad, 1, res), 0);
+	ASSERT_CODE(res[0], KVL_EINVAL);
+
+	/* The store is back: the prober finds it, nobody calling. */
+	c.down = 0;
+	fault_set_cfg(s, &c);
+	uint64_t t0 = now_ms();
+	do {
+		sleep_ms(5);
+		ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	} while (st.breaker_open && now_ms() - t0 < 30000);
+	ASSERT_U64(st.breaker_open, 0);
+	ASSERT_EQ(get1_rc(s, "b1", 0, d, sizeof d), sizeof d);
+	kvl_store_close(s);
+
+	/* Off by default on stores that are not remote; bad values. */
+	s = open_ok("fault+mem:?fault.down=1");
+	for (int i = 0; i < 5; i++)
+		ASSERT_CODE(kvl_store_exists(s, keys, 2, res), KVL_EIO);
+	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	ASSERT_U64(st.breaker_opens, 0);
+	kvl_store_close(s);
+	char eb[256];
+	kvl_store *x = NULL;
+	ASSERT_CODE(kvl_store_open("mem:?breaker_ms=0", &x, eb, sizeof eb),
+	            KVL_EPARSE);
+	ASSERT_CONTAINS(eb, "breaker_ms");
+	ASSERT_CODE(kvl_store_open("mem:?breaker=x", &x, eb, sizeof eb),
+	            KVL_EPARSE);
+}
+
 static void test_fail_call(void **state)
 {
 	(void)state;
@@ -1074,6 +1152,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt_pages),
 		cmocka_unit_test(test_evict),
 		cmocka_unit_test(test_down),
+		cmocka_unit_test(test_breaker),
 		cmocka_unit_test(test_fail_call),
 		cmocka_unit_test(test_latency),
 		cmocka_unit_test(test_set_runtime),

@@ -567,7 +567,10 @@ static void test_restart(void **state)
 {
 	(void)state;
 	int P = start_server("");
-	kvl_store *s = open_okf("redis://127.0.0.1:%d?connect_timeout_ms=500",
+	/* The node's own back-off, without the store's breaker (see
+	 * test_breaker). */
+	kvl_store *s = open_okf("redis://127.0.0.1:%d?connect_timeout_ms=500"
+	                        "&breaker=0",
 	                       P);
 	uint8_t buf[64] = { 1 };
 	ASSERT_CODE(put1(s, "rs/a", buf, 64), KVL_PUT_STORED);
@@ -604,7 +607,8 @@ static void test_timeout(void **state)
 {
 	(void)state;
 	int P = start_server("");
-	kvl_store *s = open_okf("redis://127.0.0.1:%d?timeout_ms=300", P);
+	kvl_store *s = open_okf("redis://127.0.0.1:%d?timeout_ms=300&breaker=0",
+	                        P);
 	uint8_t buf[64] = { 2 };
 	ASSERT_CODE(put1(s, "to/a", buf, 64), KVL_PUT_STORED);
 
@@ -630,6 +634,65 @@ static void test_timeout(void **state)
 			sleep_ms(50);
 	}
 	ASSERT_EQ(r, 64);
+	kvl_store_close(s);
+}
+
+/* The store's circuit breaker: a server that stalls (paused) fails three
+ * calls after the timeout each, then calls fail at once with KVL_EIO
+ * without reaching the network, a linker's lookup among them; the prober
+ * closes the breaker once the server answers again, with nobody calling. */
+static void test_breaker(void **state)
+{
+	(void)state;
+	int P = start_server("");
+	kvl_store *s = open_okf("redis://127.0.0.1:%d?timeout_ms=200"
+	                        "&breaker=3&breaker_ms=50",
+	                        P);
+	uint8_t buf[64] = { 3 };
+	ASSERT_CODE(put1(s, "br/a", buf, 64), KVL_PUT_STORED);
+	kvl_store_stats st;
+	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	ASSERT_EQ(st.breaker_open, 0);
+
+	server_do("pause", P);
+	const char *k = "br/a";
+	int r = 99, rc = 0, calls = 0;
+	/* Failed calls: the first one stalls, later ones meet the node's
+	 * back-off; the third opens the breaker. */
+	for (; calls < 3; calls++) {
+		rc = kvl_store_exists(s, &k, 1, &r);
+		ASSERT_TRUE(rc == KVL_EIO || (rc == 0 && r == KVL_EIO));
+	}
+	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	ASSERT_EQ(st.breaker_open, 1);
+	ASSERT_EQ(st.breaker_opens, 1);
+	ASSERT_CODE(kvl_store_exists(s, &k, 1, &r), KVL_EIO);
+	ASSERT_CODE(r, KVL_EIO);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "store is down: 3 calls");
+	ASSERT_CODE(get1_rc(s, "br/a", 0, buf, 64), KVL_EIO);
+	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	ASSERT_TRUE(st.breaker_refused >= 2);
+
+	/* A linker's lookup says the store is down (no miss). */
+	eng e;
+	eng_init(&e, 2, s);
+	kvl_hash pg[2];
+	memset(pg, 7, sizeof pg);
+	size_t prefix = 99;
+	ASSERT_RC(e.lk, kvl_linker_lookup(e.lk, pg, 2, NULL, &prefix), KVL_EIO);
+	ASSERT_EQ(prefix, 0);
+	ASSERT_CONTAINS(kvl_linker_errmsg(e.lk), "store is down");
+	eng_free(&e);
+
+	/* Back: the prober closes the breaker without any call. */
+	server_do("resume", P);
+	uint64_t t0 = now_ms();
+	do {
+		sleep_ms(20);
+		ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	} while (st.breaker_open && now_ms() - t0 < 30000);
+	ASSERT_EQ(st.breaker_open, 0);
+	ASSERT_EQ(get1(s, "br/a", 0, buf, 64), 64);
 	kvl_store_close(s);
 }
 
@@ -1182,6 +1245,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_wrong_password),
 		cmocka_unit_test(test_restart),
 		cmocka_unit_test(test_timeout),
+		cmocka_unit_test(test_breaker),
 		cmocka_unit_test(test_paused_seed),
 		cmocka_unit_test(test_eviction),
 		cmocka_unit_test(test_cluster_ops),

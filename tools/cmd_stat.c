@@ -82,7 +82,9 @@ int kvl_cmd_stat(int argc, char **argv)
 			printf("store %s\n  objects   %llu\n  bytes     %llu\n"
 			       "  capacity  %llu\n  hits      %llu\n"
 			       "  misses    %llu\n  puts      %llu\n"
-			       "  evictions %llu\n  errors    %llu\n",
+			       "  evictions %llu\n  errors    %llu\n"
+			       "  breaker   %s, opened %llu times, refused "
+			       "%llu calls\n",
 			       uri, (unsigned long long)s.objects,
 			       (unsigned long long)s.bytes,
 			       (unsigned long long)s.capacity,
@@ -90,7 +92,10 @@ int kvl_cmd_stat(int argc, char **argv)
 			       (unsigned long long)s.misses,
 			       (unsigned long long)s.puts,
 			       (unsigned long long)s.evictions,
-			       (unsigned long long)s.errors);
+			       (unsigned long long)s.errors,
+			       s.breaker_open ? "open" : "closed",
+			       (unsigned long long)s.breaker_opens,
+			       (unsigned long long)s.breaker_refused);
 	} else {
 		rc = kvl_cli_print_stats(NULL, st, fmt);
 	}

@@ -94,7 +94,8 @@ class kvl_policy(Structure):
 class kvl_store_stats(Structure):
     _fields_ = [(name, c_uint64) for name in
                 ("objects", "bytes", "capacity", "hits", "misses", "puts",
-                 "evictions", "errors")]
+                 "evictions", "errors", "breaker_opens", "breaker_refused",
+                 "breaker_open")]
 
 
 kvl_allreduce_fn = CFUNCTYPE(c_int, POINTER(c_uint64), c_size_t, c_void_p)

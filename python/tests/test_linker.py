@@ -401,6 +401,10 @@ def test_exactly_once_with_threads(engines):
                     dst.lk.load(rid, pages[:4], range(4 * t, 4 * t + 4))
             except kvl.Full:
                 continue
+            except kvl.InvalidArgument as e:
+                # its previous load holds these slots for the batch
+                assert "same batch" in str(e), e
+                continue
             with lock:
                 accepted.append(rid)
             if i % 3 != 2 and i % 5 == 0:
@@ -441,12 +445,15 @@ def test_fault_store_never_reports_wrong_bytes(seed):
             kv_layout(dst_pool) as ld, kvl.Linker(ls, st) as src, \
             kvl.Linker(ld, st) as dst:
         pages = kvl.hash_pages(tokens(12, seed=seed), PAGE_SIZE)
-        failures = successes = partial = 0
+        failures = successes = partial = lookup_errors = 0
         rid = 0
         for rnd in range(12):
             rid += 1
             c = offload_sync(src, rid, pages, range(12))
-            hit = dst.lookup(pages)
+            try:  # a key failed by the store fails the lookup, not a miss
+                dst.lookup(pages)
+            except kvl.StoreIOError:
+                lookup_errors += 1
             dst_pool.fill(-1.0)
             rid += 1
             slots = list(range(12, 24))
@@ -463,12 +470,12 @@ def test_fault_store_never_reports_wrong_bytes(seed):
             assert np.array_equal(dst_pool[:, :, 12:12 + v],
                                   src_pool[:, :, 0:v]), \
                 f"round {rnd}: {v} pages reported valid hold wrong bytes"
-            del hit
             partial += 0 < v < 12
         assert failures > 0, "the fault store injected nothing"
         assert successes > 0, "no load got through the fault store"
         assert successes + failures == 12
-        print(f"fault store seed {seed}: {successes} loads ok, {failures} "
+        print(f"fault store seed {seed}: {lookup_errors} lookups failed, "
+              f"{successes} loads ok, {failures} "
               f"failed ({partial} with a valid prefix)")
         j = json.loads(dst.render_stats())
         assert j["linker"]["load_failures"] == failures

@@ -38,7 +38,11 @@ int kvl__cursor_finish(kvl__cursor *c, size_t *needed)
 	X(misses, "counter", "keys not found by exists or get")  \
 	X(puts, "counter", "objects newly stored")               \
 	X(evictions, "counter", "objects evicted to make room")  \
-	X(errors, "counter", "per-key store failures")
+	X(errors, "counter", "per-key store failures")           \
+	X(breaker_opens, "counter", "times the circuit breaker opened") \
+	X(breaker_refused, "counter",                            \
+	  "calls failed at once by the open circuit breaker")    \
+	X(breaker_open, "gauge", "1 while the circuit breaker is open")
 
 void kvl__render_store_prom(kvl__cursor *c, const kvl_store_stats *s)
 {

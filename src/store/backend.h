@@ -94,6 +94,7 @@ struct kvl_store {
 	const kvl__store_ops *ops;
 	void *impl;
 	kvl__store_caps caps;
+	struct kvl__breaker *breaker; /* NULL: off (breaker=0) */
 	kvl__err err;
 };
 

@@ -466,7 +466,8 @@ static char *fault_inner_uri(kvl__uri *uri)
 	char sep = '?';
 	for (size_t i = 0; i < uri->n_opts; i++) {
 		const char *k = uri->keys[i], *v = NULL;
-		if (strncmp(k, FAULT_OPT_PREFIX, FAULT_OPT_PREFIX_LEN) == 0)
+		if (strncmp(k, FAULT_OPT_PREFIX, FAULT_OPT_PREFIX_LEN) == 0 ||
+		    uri->used[i]) /* fault.*, or the door's (breaker=) */
 			continue;
 		kvl__uri_str(uri, k, &v); /* marks it used */
 		p += sprintf(p, "%c%s=%s", sep, k, v);

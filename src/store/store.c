@@ -22,6 +22,14 @@
 #include "core/render.h"
 #include "kvl_config.h"
 #include "store/backend.h"
+#include "store/breaker.h"
+
+/* The door's circuit breaker (breaker.h): calls failed in a row that open
+ * it on a remote store, and its first back-off. */
+#define BREAKER_DEFAULT 3u
+#define BREAKER_MS_DEFAULT 100u
+#define BREAKER_MS_MAX 60000u
+#define PROBE_KEY "kvl-probe"
 
 /* -------------------------------------------------------------- backends */
 
@@ -89,6 +97,8 @@ static int store_unknown_scheme(const char *scheme, char *errbuf,
 
 /* ----------------------------------------------------------- open, close */
 
+static int store_probe(void *ctx);
+
 int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
                    size_t errlen)
 {
@@ -122,10 +132,31 @@ int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
 	}
 	kvl__err_init(&s->err);
 	s->ops = ops;
+	/* The door's options, read first: a wrapping backend (fault+) does
+	 * not pass on options already used. */
+	uint64_t brk = BREAKER_DEFAULT, brk_ms = BREAKER_MS_DEFAULT;
+	int brk_set = kvl__uri_u64(&u, "breaker", &brk, msg, sizeof msg);
+	rc = brk_set < 0 ? brk_set
+	                 : kvl__uri_u64(&u, "breaker_ms", &brk_ms, msg,
+	                                sizeof msg);
+	if (rc >= 0 && (brk > 1000 || brk_ms == 0 || brk_ms > BREAKER_MS_MAX))
+		rc = kvl__fail_buf(msg, sizeof msg, KVL_EPARSE,
+		                   "store option breaker=%llu or breaker_ms=%llu "
+		                   "out of range (breaker: 0 (off) to 1000 "
+		                   "failed calls; breaker_ms: 1 to %u)",
+		                   (unsigned long long)brk,
+		                   (unsigned long long)brk_ms, BREAKER_MS_MAX);
+	if (rc < 0)
+		goto fail_store;
 	rc = ops->open(s, &u, &s->impl, &s->caps, msg, sizeof msg);
 	if (rc < 0)
 		goto fail_store;
 	rc = kvl__uri_check_unused(&u, msg, sizeof msg);
+	if (rc == 0 && (brk_set || s->caps.remote) && brk &&
+	    !(s->breaker = kvl__breaker_new((unsigned)brk, (uint32_t)brk_ms,
+	                                    store_probe, s)))
+		rc = kvl__fail_buf(msg, sizeof msg, KVL_ENOMEM,
+		                   "kvl_store_open: out of memory");
 	if (rc < 0) {
 		ops->close(s->impl);
 		goto fail_store;
@@ -150,6 +181,7 @@ void kvl_store_close(kvl_store *store)
 {
 	if (!store)
 		return;
+	kvl__breaker_free(store->breaker); /* its prober calls the backend */
 	store->ops->close(store->impl);
 	kvl__err_destroy(&store->err);
 	free(store);
@@ -262,6 +294,40 @@ static int check_key(kvl_store *s, const kvl__batch *b, size_t i, size_t at)
 	return 0;
 }
 
+static int io_failure(int rc)
+{
+	return rc == KVL_EIO || rc == KVL_ETIMEDOUT;
+}
+
+/* Tells the breaker whether call b, which returned rc, failed: whole, or
+ * in every key it passed to the backend. */
+static void record_call(kvl_store *s, const kvl__batch *b, int rc)
+{
+	int failed = io_failure(rc);
+	if (rc == 0) {
+		failed = 1;
+		for (size_t i = 0; i < b->n && failed; i++)
+			if (b->results[i] != KVL_EINVAL &&
+			    !io_failure(b->results[i]))
+				failed = 0;
+	}
+	kvl__breaker_record(s->breaker, failed,
+	                    failed ? kvl__err_get(&s->err) : "");
+}
+
+/* The prober's call: the backend's existence query for one key, past the
+ * breaker. 0 when the store answered. */
+static int store_probe(void *ctx)
+{
+	kvl_store *s = ctx;
+	const char *key = PROBE_KEY;
+	int res = 0;
+	kvl__batch b = {.op = KVL__OP_EXISTS, .n = 1, .keys = &key,
+	                .results = &res, .fn = "probe"};
+	int rc = s->ops->exists(s, s->impl, &b);
+	return rc < 0 ? rc : res < 0 ? res : 0;
+}
+
 int kvl__store_call(kvl_store *s, const kvl__batch *b)
 {
 	if (!s)
@@ -297,10 +363,23 @@ int kvl__store_call(kvl_store *s, const kvl__batch *b)
 		bad += rc < 0;
 		at += kvl__batch_count(b, i);
 	}
-	if (bad == 0)
-		return backend_run(s, b);
-	kvl__batch_runs(b, key_bad, backend_run, s);
-	return 0;
+	if (bad == b->n)
+		return 0;
+	if (s->breaker) {
+		char why[KVL__ERRMSG_MAX];
+		int rc = kvl__breaker_admit(s->breaker, why, sizeof why);
+		if (rc) {
+			for (size_t i = 0; i < b->n; i++)
+				if (b->results[i] == 0)
+					b->results[i] = rc;
+			return kvl__fail(&s->err, rc, "%s: %s", b->fn, why);
+		}
+	}
+	int rc = bad == 0 ? backend_run(s, b)
+	                  : kvl__batch_runs(b, key_bad, backend_run, s);
+	if (s->breaker)
+		record_call(s, b, rc);
+	return rc;
 }
 
 int kvl_store_exists(kvl_store *store, const char *const *keys, size_t n,
@@ -414,6 +493,12 @@ int kvl_store_stats_get(kvl_store *store, kvl_store_stats *out)
 		                 "kvl_store_stats_get: out is NULL");
 	memset(out, 0, sizeof *out);
 	store->ops->stats(store->impl, out);
+	if (store->breaker) {
+		int open = 0;
+		kvl__breaker_stats(store->breaker, &out->breaker_opens,
+		                   &out->breaker_refused, &open);
+		out->breaker_open = (uint64_t)open;
+	}
 	return 0;
 }
 

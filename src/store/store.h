@@ -24,6 +24,9 @@ typedef struct kvl__store_caps {
 	/* The store lends its memory: kvl__store_peek/release and
 	 * kvl__store_reserve/commit/abort work. */
 	int in_place;
+	/* Reached over a network, where calls fail and time out: the door's
+	 * circuit breaker is on unless the URI says breaker=0. */
+	int remote;
 } kvl__store_caps;
 
 kvl__store_caps kvl__store_caps_of(const kvl_store *store);

@@ -801,6 +801,7 @@ static int mc_open(kvl_store *store, kvl__uri *uri, void **impl,
 	}
 	(void)store;
 	caps->whole_reads = 1; /* never trusted: kvlink verifies reads */
+	caps->remote = 1;
 	*impl = m;
 	return 0;
 fail:

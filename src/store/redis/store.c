@@ -733,7 +733,7 @@ static int redis_open(kvl_store *store, kvl__uri *uri, void **impl,
 		goto fail;
 	r->max_value = kvl__rcluster_max_bulk(r->cl);
 	(void)store;
-	(void)caps; /* never trusted: kvlink verifies reads */
+	caps->remote = 1; /* never trusted: kvlink verifies reads */
 	*impl = r;
 	return 0;
 fail:
