@@ -80,7 +80,8 @@ extern "C" {
 	X(ECLOSED, -11, "handle is closing")                                  \
 	X(ENOTSUP, -12, "not supported by this build or store")               \
 	X(EPARSE, -13, "malformed input")                                     \
-	X(ESTATE, -14, "call not allowed in this state")
+	X(ESTATE, -14, "call not allowed in this state")                      \
+	X(EPERM, -15, "denied by the store's access control")
 
 typedef enum kvl_errno {
 	KVL_OK = 0,

@@ -657,6 +657,8 @@ static int r_uri_space(void) { return open_uri("mem:?capacity= 1G"); }
 static int r_uri_empty_name(void) { return open_uri("mem:?=1"); }
 static int r_uri_no_value(void) { return open_uri("mem:?capacity"); }
 static int r_uri_breaker(void) { return open_uri("mem:?breaker_ms=0"); }
+static int r_uri_tenant(void) { return open_uri("fault+mem:?tenant=a:b"); }
+static int r_uri_tenant_mem(void) { return open_uri("mem:?tenant=a"); }
 static int r_uri_empty_value(void) { return open_uri("mem:?capacity="); }
 static int r_uri_twice(void)
 {
@@ -1908,6 +1910,8 @@ static const row rows[] = {
 	R("mooncake.staging", r_mc_staging),
 	R("mooncake.unknown-option", r_mc_unknown),
 	R("uri.breaker", r_uri_breaker),
+	R("uri.tenant", r_uri_tenant),
+	R("uri.tenant-mem", r_uri_tenant_mem),
 	R("uri.out-null", r_uri_out_null),
 	R("mem.size", r_mem_size),
 	R("mem.size-overflow", r_mem_size_overflow),

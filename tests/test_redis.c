@@ -563,6 +563,68 @@ static void test_wrong_password(void **state)
 	kvl_store_close(s);
 }
 
+/* Tenants: tenant=NAME puts every key of the handle under "kvl1:NAME:", so
+ * Redis ACL key patterns separate tenants (the docs/redis.md example):
+ * each tenant reads and writes its own keys only, the same key names of
+ * two tenants never meet, and a key outside the user's patterns is
+ * KVL_EPERM naming NOPERM, not an I/O error. */
+static void test_tenants(void **state)
+{
+	(void)state;
+	int P = start_server("");
+	char out[512];
+	for (int t = 0; t < 2; t++)
+		ASSERT_CODE(CLI(out, P, "ACL SETUSER tenant%c on '>pw%c' "
+		                        "'~kvl1:tenant%c:*' '+@all'",
+		                'A' + t, 'A' + t, 'A' + t),
+		            0);
+	kvl_store *a = open_okf("redis://tenantA:pwA@127.0.0.1:%d"
+	                        "?tenant=tenantA", P);
+	kvl_store *b = open_okf("redis://tenantB:pwB@127.0.0.1:%d"
+	                        "?tenant=tenantB", P);
+	uint8_t va[32] = { 0xa }, vb[32] = { 0xb }, d[32];
+	ASSERT_CODE(put1(a, "tn/k", va, sizeof va), KVL_PUT_STORED);
+	ASSERT_EQ(exists1(b, "tn/k"), 0); /* B's tn/k is another key */
+	ASSERT_CODE(put1(b, "tn/k", vb, sizeof vb), KVL_PUT_STORED);
+	ASSERT_EQ(get1(a, "tn/k", 0, d, sizeof d), sizeof d);
+	assert_memory_equal(d, va, sizeof va);
+	ASSERT_EQ(get1(b, "tn/k", 0, d, sizeof d), sizeof d);
+	assert_memory_equal(d, vb, sizeof vb);
+	ASSERT_EQ(cli_int(P, "EXISTS kvl1:tenantA:tn/k"), 1);
+	ASSERT_EQ(cli_int(P, "EXISTS kvl1:tenantB:tn/k"), 1);
+	ASSERT_EQ(cli_int(P, "EXISTS tn/k"), 0);
+
+	/* A's credentials with B's prefix, or with none: refused by the
+	 * ACL, as KVL_EPERM. */
+	kvl_store *x = open_okf("redis://tenantA:pwA@127.0.0.1:%d"
+	                        "?tenant=tenantB", P);
+	ASSERT_CODE(get1_rc(x, "tn/k", 0, d, sizeof d), KVL_EPERM);
+	ASSERT_CONTAINS(kvl_store_errmsg(x), "NOPERM");
+	ASSERT_CODE(put1_rc(x, "tn/x", va, sizeof va), KVL_EPERM);
+	kvl_store_close(x);
+	x = open_okf("redis://tenantA:pwA@127.0.0.1:%d", P);
+	ASSERT_CODE(put1_rc(x, "tn/k", va, sizeof va), KVL_EPERM);
+	kvl_store_close(x);
+	/* A tenant's linker: offload, lookup and load under its prefix. */
+	eng e;
+	eng_init(&e, 2, a);
+	kvl_hash pg[2];
+	memset(pg, 0x5a, sizeof pg);
+	pg[1].bytes[0] = 1;
+	kvl_completion c = offload_all(&e, pg, 2, 1);
+	ASSERT_CODE(c.status, 0);
+	size_t prefix = 0;
+	ASSERT_RC(e.lk, kvl_linker_lookup(e.lk, pg, 2, NULL, &prefix), 0);
+	ASSERT_EQ(prefix, 2);
+	char key[KVL_KEY_MAX], cmd[KVL_KEY_MAX + 32];
+	ASSERT_CODE(kvl_layout_key(e.l, e.pool, &pg[0], key, sizeof key), 0);
+	snprintf(cmd, sizeof cmd, "EXISTS kvl1:tenantA:%s", key);
+	ASSERT_EQ(cli_int(P, cmd), 1);
+	eng_free(&e);
+	kvl_store_close(a);
+	kvl_store_close(b);
+}
+
 static void test_restart(void **state)
 {
 	(void)state;
@@ -1243,6 +1305,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_standalone_ops),
 		cmocka_unit_test(test_linker_standalone),
 		cmocka_unit_test(test_wrong_password),
+		cmocka_unit_test(test_tenants),
 		cmocka_unit_test(test_restart),
 		cmocka_unit_test(test_timeout),
 		cmocka_unit_test(test_breaker),

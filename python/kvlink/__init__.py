@@ -23,7 +23,8 @@ from __future__ import annotations
 from . import _lib
 from .errors import (AlreadyExists, Canceled, Closed, Corrupt, Full,
                      InvalidArgument, KvlinkError, NotFound, NotSupported,
-                     OutOfMemory, OutOfRange, ParseError, StateError,
+                     OutOfMemory, OutOfRange, ParseError, PermissionDenied,
+                     StateError,
                      StoreIOError, Timeout, error_class)
 from .hashes import hash_from_hex, hash_hex, hash_pages, namespace_seed
 from .layout import HitPolicy, Layout, MemKind, PoolInfo, Shard
@@ -75,6 +76,7 @@ __all__ = [
     "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
-    "Closed", "NotSupported", "ParseError", "StateError", "error_class",
+    "Closed", "NotSupported", "ParseError", "PermissionDenied", "StateError",
+    "error_class",
     "ERRORS", "ERROR_TABLE", "HASH_BYTES",
 ]

@@ -101,6 +101,11 @@ class StateError(KvlinkError):
     """KVL_ESTATE: the call is not allowed now (e.g. layout not finalized)."""
 
 
+class PermissionDenied(KvlinkError, PermissionError):
+    """KVL_EPERM: the store's access control refused the key (e.g. a Redis
+    ACL whose key patterns do not cover it)."""
+
+
 # The class of each code the binding names; codes come from the library's
 # table (_lib.ERRNO), so a code the library adds later raises KvlinkError.
 _BY_NAME: Dict[str, Type[KvlinkError]] = {
@@ -118,6 +123,7 @@ _BY_NAME: Dict[str, Type[KvlinkError]] = {
     "KVL_ENOTSUP": NotSupported,
     "KVL_EPARSE": ParseError,
     "KVL_ESTATE": StateError,
+    "KVL_EPERM": PermissionDenied,
 }
 _BY_CODE: Dict[int, Type[KvlinkError]] = {
     _lib.ERRNO[name]: cls for name, cls in _BY_NAME.items()}

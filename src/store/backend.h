@@ -15,6 +15,8 @@
 #include "store/store.h"
 #include "store/uri.h"
 
+#define KVL__TENANT_MAX 32 /* bytes of a tenant name (option tenant=) */
+
 typedef enum kvl__op {
 	KVL__OP_EXISTS,
 	KVL__OP_GET,
@@ -95,6 +97,8 @@ struct kvl_store {
 	void *impl;
 	kvl__store_caps caps;
 	struct kvl__breaker *breaker; /* NULL: off (breaker=0) */
+	char tenant[KVL__TENANT_MAX + 8]; /* "kvl1:<tenant>:", or "" */
+	size_t tenant_len;
 	kvl__err err;
 };
 

@@ -146,12 +146,31 @@ int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
 		                   "failed calls; breaker_ms: 1 to %u)",
 		                   (unsigned long long)brk,
 		                   (unsigned long long)brk_ms, BREAKER_MS_MAX);
+	const char *tenant = NULL;
+	if (rc >= 0 && kvl__uri_str(&u, "tenant", &tenant) == 1) {
+		if (strlen(tenant) > KVL__TENANT_MAX ||
+		    !kvl__name_ok(tenant, "._-"))
+			rc = kvl__fail_buf(msg, sizeof msg, KVL_EPARSE,
+			                   "store option tenant='%s': 1 to %d "
+			                   "characters from [A-Za-z0-9._-]",
+			                   tenant, KVL__TENANT_MAX);
+		else
+			s->tenant_len = (size_t)snprintf(s->tenant,
+			                                 sizeof s->tenant,
+			                                 "kvl1:%s:", tenant);
+	}
 	if (rc < 0)
 		goto fail_store;
 	rc = ops->open(s, &u, &s->impl, &s->caps, msg, sizeof msg);
 	if (rc < 0)
 		goto fail_store;
 	rc = kvl__uri_check_unused(&u, msg, sizeof msg);
+	if (rc == 0 && s->tenant_len && s->caps.in_place)
+		rc = kvl__fail_buf(msg, sizeof msg, KVL_EINVAL,
+		                   "store option tenant=: the %s: store lives "
+		                   "in this process; tenants separate the keys "
+		                   "of a shared remote store",
+		                   ops->scheme);
 	if (rc == 0 && (brk_set || s->caps.remote) && brk &&
 	    !(s->breaker = kvl__breaker_new((unsigned)brk, (uint32_t)brk_ms,
 	                                    store_probe, s)))
@@ -273,11 +292,13 @@ static int check_key(kvl_store *s, const kvl__batch *b, size_t i, size_t at)
 	if (len == 0)
 		return kvl__fail(&s->err, KVL_EINVAL, "%s: keys[%zu] is empty",
 		                 b->fn, i);
-	if (len >= KVL_KEY_MAX)
+	if (len + s->tenant_len >= KVL_KEY_MAX)
 		return kvl__fail(&s->err, KVL_EINVAL,
 		                 "%s: keys[%zu] (\"%.32s...\") is longer than "
-		                 "%d bytes",
-		                 b->fn, i, k, KVL_KEY_MAX - 1);
+		                 "%zu bytes%s",
+		                 b->fn, i, k, KVL_KEY_MAX - 1 - s->tenant_len,
+		                 s->tenant_len ? " (with the tenant's prefix)"
+		                               : "");
 	for (size_t j = 0; j < kvl__batch_count(b, i); j++) {
 		const void *addr = b->op == KVL__OP_PUT ? b->pieces[at + j].addr
 		                                        : b->ranges[at + j].addr;
@@ -292,6 +313,33 @@ static int check_key(kvl_store *s, const kvl__batch *b, size_t i, size_t at)
 			                 at + j, n);
 	}
 	return 0;
+}
+
+/* The keys of b with the tenant's prefix: one allocation holding the key
+ * pointers (returned; cast to the key array) and the keys. Keys that
+ * failed the checks keep their place, unread. NULL: out of memory. */
+static char *tenant_keys(const kvl_store *s, const kvl__batch *b)
+{
+	size_t bytes = b->n * sizeof(char *);
+	for (size_t i = 0; i < b->n; i++)
+		if (b->results[i] == 0)
+			bytes += s->tenant_len + strlen(b->keys[i]) + 1;
+	char *mem = malloc(bytes);
+	if (!mem)
+		return NULL;
+	const char **keys = (const char **)(void *)mem;
+	char *o = mem + b->n * sizeof(char *);
+	for (size_t i = 0; i < b->n; i++) {
+		keys[i] = b->keys[i];
+		if (b->results[i] != 0)
+			continue;
+		size_t n = strlen(b->keys[i]);
+		keys[i] = o;
+		memcpy(o, s->tenant, s->tenant_len);
+		memcpy(o + s->tenant_len, b->keys[i], n + 1);
+		o += s->tenant_len + n + 1;
+	}
+	return mem;
 }
 
 static int io_failure(int rc)
@@ -320,12 +368,15 @@ static void record_call(kvl_store *s, const kvl__batch *b, int rc)
 static int store_probe(void *ctx)
 {
 	kvl_store *s = ctx;
-	const char *key = PROBE_KEY;
+	char name[sizeof s->tenant + sizeof PROBE_KEY];
+	snprintf(name, sizeof name, "%s%s", s->tenant, PROBE_KEY);
+	const char *key = name;
 	int res = 0;
 	kvl__batch b = {.op = KVL__OP_EXISTS, .n = 1, .keys = &key,
 	                .results = &res, .fn = "probe"};
 	int rc = s->ops->exists(s, s->impl, &b);
-	return rc < 0 ? rc : res < 0 ? res : 0;
+	/* Any answer but an I/O failure (even a refusal) is the store's. */
+	return rc < 0 ? rc : io_failure(res) ? res : 0;
 }
 
 int kvl__store_call(kvl_store *s, const kvl__batch *b)
@@ -375,8 +426,19 @@ int kvl__store_call(kvl_store *s, const kvl__batch *b)
 			return kvl__fail(&s->err, rc, "%s: %s", b->fn, why);
 		}
 	}
+	kvl__batch tb = *b;
+	char *tkeys = NULL;
+	if (s->tenant_len) {
+		tkeys = tenant_keys(s, b);
+		if (!tkeys)
+			return kvl__fail(&s->err, KVL_ENOMEM, "%s: out of memory",
+			                 b->fn);
+		tb.keys = (const char *const *)tkeys;
+		b = &tb;
+	}
 	int rc = bad == 0 ? backend_run(s, b)
 	                  : kvl__batch_runs(b, key_bad, backend_run, s);
+	free(tkeys);
 	if (s->breaker)
 		record_call(s, b, rc);
 	return rc;

@@ -109,12 +109,15 @@ struct req {
 };
 
 /* An error reply that the client does not act on: maxmemory reached is
- * the store being full for a put, any other a failure of the key. */
+ * the store being full for a put, an ACL refusal (NOPERM) is KVL_EPERM,
+ * any other a failure of the key. */
 static int req_error_code(void *ctx, const kvl__rop *op,
                           kvl__redis_err_kind kind)
 {
 	struct req *q = ctx;
 	(void)op;
+	if (kind == KVL__REDIS_ERR_AUTH)
+		return KVL_EPERM;
 	return kind == KVL__REDIS_ERR_OOM && q->kind == CALL_PUT ? KVL_EFULL :
 	                                                          KVL_EIO;
 }
