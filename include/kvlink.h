@@ -258,6 +258,20 @@ KVL_API int kvl_linker_cancel(kvl_linker *lk, uint64_t id, int *canceled_out);
 #define KVL_LINKER_MAX_BATCHES 64
 KVL_API int kvl_linker_start(kvl_linker *lk, uint64_t *batch_out);
 
+/* kvl_linker_start, ordered after the engine's kernels that still read the
+ * destination slots (slots freed and reused in the same step, overlap
+ * scheduling): no byte of the batch is written before CUDA event `event`
+ * (a cudaEvent_t) completes. The event is taken as recorded when the call
+ * is made (as cudaStreamWaitEvent does): the engine may record it again
+ * right after, and need not keep it alive. kvlink's copies wait for it on
+ * the GPU; host slots of the same linker are written only once the loader
+ * has seen it complete. NULL: kvl_linker_start.
+ * Errors: KVL_ENOTSUP (an event, but no pool lives on a CUDA device or
+ * kvlink was built without CUDA), KVL_EIO (CUDA refused the wait; nothing
+ * started), and kvl_linker_start's. Thread-safe. */
+KVL_API int kvl_linker_start_after(kvl_linker *lk, void *event,
+                                   uint64_t *batch_out);
+
 /* Number of model layers a batch has: 1 + the highest layer of any pool
  * (0 for NULL). */
 KVL_API uint32_t kvl_linker_layers(const kvl_linker *lk);

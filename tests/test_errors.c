@@ -1645,6 +1645,20 @@ static int r_offload_event(void)
 	return lks_close(&x, kvl_linker_offload(x.lk, 1, x.pages, 4, x.sp, &ev));
 }
 
+static int r_start_event(void)
+{
+	lks x;
+	lks_open(&x, "mem:", NULL);
+	ASSERT_CODE(kvl_linker_load(x.lk, 1, x.pages, 4, x.sp), KVL_OK);
+	int ev = 0; /* never used: refused before CUDA sees it */
+	uint64_t b = 0;
+	int rc = kvl_linker_start_after(x.lk, &ev, &b);
+	note(rc, kvl_linker_errmsg(x.lk));
+	ASSERT_CODE(kvl_linker_start(x.lk, &b), KVL_OK); /* still queued */
+	ASSERT_TRUE(completion_of(x.lk, 1, NULL) != -1000); /* it ran */
+	return lks_close(&x, rc);
+}
+
 static int r_done_offload_down(void)
 {
 	lks x;
@@ -1983,6 +1997,7 @@ static const row rows[] = {
 	R("cancel.unknown", r_cancel_unknown),
 	R("cancel.out-null", r_cancel_out_null),
 	R("start.closed", r_start_closed),
+	R("start.event-no-cuda", r_start_event),
 	R("start.full", r_start_full),
 	R("wait.layer", r_wait_layer),
 	R("wait.unknown-batch", r_wait_unknown),

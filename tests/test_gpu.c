@@ -1,7 +1,8 @@
 /*
  * test_gpu.c — the linker with pools in GPU memory: offload after an engine
  * event, lookup, layer-wise load with CPU and stream-ordered waits, bytes
- * checked on the host; a page evicted between lookup and load; stores
+ * checked on the host; a load started after an engine event while a kernel
+ * still reads the slots; a page evicted between lookup and load; stores
  * without peek, read through the pinned ring; the copy kernel on
  * chunks of every shape. Skips (exit 77) in builds without CUDA or on
  * machines without a usable GPU.
@@ -25,6 +26,10 @@ int main(void)
 #include "gpu/cuda.h"
 
 #include "support/kvl_assert.h"
+
+/* tests/support/gpu_reader.cu */
+int kvl_test_slow_read(const void *src, void *dst, size_t len,
+                       uint64_t spin_ns, void *stream);
 
 #define LAYERS 4
 #define PAGES 16
@@ -371,6 +376,47 @@ int main(void)
 	for (size_t i = 0; i < PAGES; i++)
 		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
 		                "page %zu in slot %zu", i, dst[i]);
+
+	/* A batch started after an engine event: a kernel still reading
+	 * the slots (for 300 ms) sees none of the batch's bytes, and the
+	 * batch's pages are all there once it is done. */
+	{
+		uint8_t *snap = kvl__cuda_dev_alloc(pool_bytes);
+		EXPECT_TRUE_MSG(snap != NULL, "cudaMalloc of the snapshot");
+		cudaMemset(dev_pool, 0, pool_bytes);
+		cudaMemset(snap, 0xff, pool_bytes);
+		cudaDeviceSynchronize();
+		EXPECT_CODE_MSG(kvl_test_slow_read(dev_pool, snap, pool_bytes,
+		                                   300000000ull, s),
+		                0, "the reader kernel: %s",
+		                cudaGetErrorString(cudaGetLastError()));
+		cudaEventRecord(ev, s);
+		rc = kvl_linker_load(lk, 3, pages, PAGES, dl);
+		EXPECT_RC(lk, rc, 0);
+		rc = kvl_linker_start_after(lk, ev, &batch);
+		EXPECT_RC(lk, rc, 0);
+		cudaEventRecord(ev, 0); /* a later record does not count */
+		for (uint32_t layer = 0; layer < LAYERS; layer++) {
+			rc = kvl_linker_wait(lk, batch, layer, 10000);
+			EXPECT_RC(lk, rc, 0);
+		}
+		collect(lk, 3, &c);
+		EXPECT_CODE_MSG(c.status, 0, "gated load: %zu valid",
+		                c.valid_pages);
+		cudaStreamSynchronize(s);
+		cudaMemcpy(host, snap, pool_bytes, cudaMemcpyDeviceToHost);
+		size_t written = 0;
+		for (size_t i = 0; i < pool_bytes; i++)
+			written += host[i] != 0;
+		EXPECT_EQ_MSG(written, 0,
+		              "the reader saw %zu bytes of the batch", written);
+		cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
+		for (size_t i = 0; i < PAGES; i++)
+			EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
+			                "gated load: page %zu in slot %zu", i,
+			                dst[i]);
+		kvl__cuda_dev_free(snap);
+	}
 
 	/* Page 5 evicted after the lookup: pages 0..4 stay valid. */
 	char key[KVL_KEY_MAX];

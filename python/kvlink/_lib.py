@@ -168,6 +168,7 @@ _PROTOTYPES = {
                                 SizeTPP]),
     "kvl_linker_cancel": (c_int, [LinkerP, c_uint64, c_int_p]),
     "kvl_linker_start": (c_int, [LinkerP, POINTER(c_uint64)]),
+    "kvl_linker_start_after": (c_int, [LinkerP, c_void_p, POINTER(c_uint64)]),
     "kvl_linker_layers": (c_uint32, [LinkerP]),
     "kvl_linker_wait": (c_int, [LinkerP, c_uint64, c_uint32, c_uint32]),
     "kvl_linker_wait_stream": (c_int, [LinkerP, c_uint64, c_uint32, c_void_p,

@@ -418,15 +418,25 @@ class Linker(Closable):
                     f"cancel {id}")
         return bool(out.value)
 
-    def start(self) -> int:
+    def start(self, *, event: Any = None) -> int:
         """Takes every queued load as one batch and returns its id (an
         empty batch is valid: all its layers are complete).
 
+        Args:
+            event: optional CUDA event recorded after the engine's kernels
+                that still read the destination slots (a
+                ``torch.cuda.Event``, CuPy event or int handle): no byte of
+                the batch is written before it completes. It counts as
+                recorded now; the engine may record it again at once.
+
         Raises:
             Full: 64 batches not yet finished. Closed.
+            NotSupported: an event, but no pool lives on a CUDA device.
         """
         out = ctypes.c_uint64(0)
-        self._check(lib.kvl_linker_start(self._handle, ctypes.byref(out)),
+        self._check(lib.kvl_linker_start_after(self._handle,
+                                               event_handle(event),
+                                               ctypes.byref(out)),
                     "start")
         return out.value
 

@@ -372,6 +372,10 @@ def test_cuda_calls(engines):
     with pytest.raises(TypeError, match="event"):
         src.lk.offload(1, pages, [0], event="after prefill")
     src.lk.offload(2, pages, [0], event=None)  # no event: written already
+    with pytest.raises(kvl.NotSupported, match="CUDA"):
+        dst.lk.start(event=1234)
+    with pytest.raises(TypeError, match="event"):
+        dst.lk.start(event="after prefill")
     src.lk.flush(timeout=T)
     assert src.lk.poll_until([2], T)[2].ok
     # A pool that says it is on GPU 0: refused unless a GPU is usable.

@@ -249,6 +249,13 @@ extern "C" int kvl__copier_stream_wait(kvl__copier *c, uint32_t ev,
 	               : -1;
 }
 
+extern "C" int kvl__copier_wait_copier(kvl__copier *c, kvl__copier *other,
+                                       uint32_t ev)
+{
+	return ok(cudaStreamWaitEvent(c->stream, other->events[ev], 0)) ? 0
+	                                                                : -1;
+}
+
 extern "C" int kvl__copier_after(kvl__copier *c, void *event)
 {
 	return ok(cudaStreamWaitEvent(c->stream, (cudaEvent_t)event, 0)) ? 0

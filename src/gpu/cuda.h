@@ -62,8 +62,11 @@ int kvl__copier_sync(kvl__copier *c, uint32_t ev);
 /* Makes `stream` (a cudaStream_t, NULL for the default stream) wait for
  * event `ev` on the GPU. */
 int kvl__copier_stream_wait(kvl__copier *c, uint32_t ev, void *stream);
-/* Makes the copier's stream wait for an engine's event. */
+/* Makes the copier's stream wait for an engine's event (as recorded at
+ * the time of the call). */
 int kvl__copier_after(kvl__copier *c, void *event);
+/* Makes c's stream wait for event `ev` of copier `other`. */
+int kvl__copier_wait_copier(kvl__copier *c, kvl__copier *other, uint32_t ev);
 
 /* The text of the last CUDA error of this thread, for messages. */
 const char *kvl__cuda_last_error(void);

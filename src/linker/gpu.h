@@ -17,6 +17,11 @@
 typedef struct lk_gpu {
 	int device;
 	kvl__copier *load, *off;
+	/* A stream of its own on which kvl_linker_start_after captures the
+	 * engine's event into event `batch % KVL_LINKER_MAX_BATCHES`, so a
+	 * later record of the engine's event does not move the batch's
+	 * gate, and no copier waits before the batch's turn. */
+	kvl__copier *gate;
 	size_t max_chunks;    /* chunks of one launch */
 	kvl_range *scatter;   /* one item's read, as slot ranges */
 	kvl_iov *pieces;      /* one page's slot pieces */
@@ -63,6 +68,10 @@ int kvl__lk_gather_end(kvl_linker *lk, lk_gather *gt, uint32_t layer);
 /* finish_layer and stream_wait of both GPU paths (path.h). */
 int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer);
 int kvl__lk_gpu_stream_wait(kvl_linker *lk, uint32_t layer, void *stream);
+
+/* gate and gate_wait of both GPU paths (path.h). */
+int kvl__lk_gpu_gate(kvl_linker *lk, uint32_t slot, void *event);
+int kvl__lk_gpu_gate_wait(kvl_linker *lk, uint32_t slot, int host_too);
 
 /* Offloads: makes the offload copier wait for the engine's event (NULL:
  * nothing to wait for); on failure fails the n items and returns it. */

@@ -350,14 +350,24 @@ int kvl_linker_cancel(kvl_linker *lk, uint64_t id, int *canceled_out)
 
 int kvl_linker_start(kvl_linker *lk, uint64_t *batch_out)
 {
+	return kvl_linker_start_after(lk, NULL, batch_out);
+}
+
+int kvl_linker_start_after(kvl_linker *lk, void *event, uint64_t *batch_out)
+{
 	if (!lk)
 		return KVL_EINVAL;
 	if (!batch_out)
 		return kvl__fail(&lk->err, KVL_EINVAL,
 		                 "start: batch_out is NULL");
+	if (event && !(lk->async && lk->async->gate))
+		return kvl__fail(&lk->err, KVL_ENOTSUP,
+		                 "start: an event needs a pool on a CUDA device "
+		                 "(and a kvlink built with CUDA)");
 	pthread_mutex_lock(&lk->mu);
 	int rc = 0;
-	lk_batch *b = &lk->batches[lk->next_batch % KVL_LINKER_MAX_BATCHES];
+	uint32_t slot = (uint32_t)(lk->next_batch % KVL_LINKER_MAX_BATCHES);
+	lk_batch *b = &lk->batches[slot];
 	if (lk->closing) {
 		rc = kvl__fail(&lk->err, KVL_ECLOSED,
 		               "start: the linker is shutting down");
@@ -365,8 +375,12 @@ int kvl_linker_start(kvl_linker *lk, uint64_t *batch_out)
 		rc = kvl__fail(&lk->err, KVL_EFULL,
 		               "start: %d batches are still running",
 		               KVL_LINKER_MAX_BATCHES);
+	} else if (event && lk->load_head &&
+	           (rc = lk->async->gate(lk, slot, event))) {
+		/* nothing started: the loads stay queued */
 	} else {
 		*b = (lk_batch){.id = lk->next_batch, .reqs = lk->load_head,
+		                .gated = event && lk->load_head,
 		                .t_start_ns = kvl__now_ns()};
 		for (lk_req *r = b->reqs; r; r = r->qnext)
 			kvl__lk_unclaim_locked(lk, r);

@@ -72,6 +72,8 @@ typedef struct lk_batch {
 	int first_err;       /* 0, or the first failure */
 	uint32_t fail_layer; /* layer of that failure */
 	int finished;        /* every request completed */
+	int gated;           /* started after an engine's event (the async
+	                      * path's gate of this ring slot) */
 	uint64_t t_start_ns;
 } lk_batch;
 

@@ -9,7 +9,9 @@
  * only after the next layer's copies are issued, so the GPU never idles
  * while the loader prepares the next layer. A failure at layer l fails
  * every later wait of the batch; the completions say which requests failed
- * and how many of their pages are valid.
+ * and how many of their pages are valid. A batch started after an engine's
+ * CUDA event (kvl_linker_start_after) first waits for it: the GPU copies
+ * on the GPU, host slots on this thread.
  */
 #include "linker/path.h"
 
@@ -79,9 +81,21 @@ static void complete_batch(kvl_linker *lk, lk_batch *b, int canceled)
 	pthread_mutex_unlock(&lk->mu);
 }
 
+/* A gated batch waits for the engine's event: the GPU copies on the GPU,
+ * the host slots here. On failure no page of the batch is read. */
+static int wait_gate(kvl_linker *lk, lk_batch *b)
+{
+	int err = lk->async->gate_wait(
+		lk, (uint32_t)(b->id % KVL_LINKER_MAX_BATCHES), lk->n_paths > 1);
+	for (lk_req *r = b->reqs; err && r; r = r->qnext)
+		kvl__lk_req_fail(r, 0, err);
+	return err;
+}
+
 static void run_batch(kvl_linker *lk, lk_batch *b)
 {
 	int canceled = 0, pending_err = 0;
+	int gate_err = b->gated ? wait_gate(lk, b) : 0;
 	uint32_t layer;
 	for (layer = 0; layer < lk->n_layers; layer++) {
 		pthread_mutex_lock(&lk->mu);
@@ -90,6 +104,8 @@ static void run_batch(kvl_linker *lk, lk_batch *b)
 		if (canceled)
 			break;
 		int err = load_layer(lk, b, layer);
+		if (layer == 0 && gate_err)
+			err = gate_err;
 		if (!lk->async) {
 			layer_done(lk, b, layer, err);
 			continue;

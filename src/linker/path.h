@@ -42,6 +42,14 @@ typedef struct lk_path {
 	/* Makes CUDA stream `stream` wait until the copies of `layer` issued
 	 * so far have landed. NULL: nothing is copied on the GPU. */
 	int (*stream_wait)(kvl_linker *lk, uint32_t layer, void *stream);
+	/* kvl_linker_start_after (engine thread, under mu): captures the
+	 * engine's CUDA event for batch ring slot `slot`. NULL: the path has
+	 * no CUDA (start_after then needs another path that has). */
+	int (*gate)(kvl_linker *lk, uint32_t slot, void *event);
+	/* The loader, before a gated batch's first layer: makes the path's
+	 * copies wait for the captured event, and when host_too, blocks until
+	 * it completed (host slots are written by the loader itself). */
+	int (*gate_wait)(kvl_linker *lk, uint32_t slot, int host_too);
 	/* Stores the n items of offload r (absent from the store), after
 	 * CUDA event `event` when not NULL. */
 	void (*offload)(kvl_linker *lk, lk_req *r, lk_item **items, size_t n,

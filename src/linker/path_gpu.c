@@ -109,7 +109,9 @@ int kvl__lk_gpu_open(kvl_linker *lk, int ring, char *errbuf, size_t errlen)
 	if (!ok ||
 	    kvl__copier_create(device, lk->n_layers + 2, g->max_chunks,
 	                       &g->load, &why) ||
-	    kvl__copier_create(device, 2, g->max_chunks, &g->off, &why))
+	    kvl__copier_create(device, 2, g->max_chunks, &g->off, &why) ||
+	    kvl__copier_create(device, KVL_LINKER_MAX_BATCHES, 1, &g->gate,
+	                       &why))
 		return kvl__fail_buf(errbuf, errlen, KVL_EIO,
 		                     "cannot set up GPU copies on device %d: %s",
 		                     device, why);
@@ -123,6 +125,7 @@ void kvl__lk_gpu_close(kvl_linker *lk)
 		return;
 	kvl__copier_destroy(g->load);
 	kvl__copier_destroy(g->off);
+	kvl__copier_destroy(g->gate);
 	kvl__lk_io_free(&g->load_io);
 	kvl__lk_io_free(&g->off_io);
 	free(g->scatter);
@@ -194,6 +197,30 @@ int kvl__lk_gpu_stream_wait(kvl_linker *lk, uint32_t layer, void *stream)
 	if (kvl__copier_stream_wait(lk->gpu->load, layer, stream))
 		return kvl__fail(&lk->err, KVL_EIO,
 		                 "wait_stream: cudaStreamWaitEvent: %s",
+		                 kvl__cuda_last_error());
+	return 0;
+}
+
+/* ---------------------------------------------------------------- gates */
+
+int kvl__lk_gpu_gate(kvl_linker *lk, uint32_t slot, void *event)
+{
+	lk_gpu *g = lk->gpu;
+	if (kvl__copier_after(g->gate, event) ||
+	    kvl__copier_record(g->gate, slot))
+		return kvl__fail(&lk->err, KVL_EIO,
+		                 "start: waiting for the event: %s",
+		                 kvl__cuda_last_error());
+	return 0;
+}
+
+int kvl__lk_gpu_gate_wait(kvl_linker *lk, uint32_t slot, int host_too)
+{
+	lk_gpu *g = lk->gpu;
+	if (kvl__copier_wait_copier(g->load, g->gate, slot) ||
+	    (host_too && kvl__copier_sync(g->gate, slot)))
+		return kvl__fail(&lk->err, KVL_EIO,
+		                 "load: waiting for the start event: %s",
 		                 kvl__cuda_last_error());
 	return 0;
 }

@@ -171,5 +171,7 @@ const lk_path kvl__lk_path_ring = {
 	.load_layer = ring_load_layer,
 	.finish_layer = kvl__lk_gpu_finish_layer,
 	.stream_wait = kvl__lk_gpu_stream_wait,
+	.gate = kvl__lk_gpu_gate,
+	.gate_wait = kvl__lk_gpu_gate_wait,
 	.offload = ring_offload,
 };

@@ -248,5 +248,7 @@ const lk_path kvl__lk_path_view = {
 	.finish_layer = kvl__lk_gpu_finish_layer,
 	.end_batch = view_end_batch,
 	.stream_wait = kvl__lk_gpu_stream_wait,
+	.gate = kvl__lk_gpu_gate,
+	.gate_wait = kvl__lk_gpu_gate_wait,
 	.offload = view_offload,
 };
