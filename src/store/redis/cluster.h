@@ -76,6 +76,10 @@ uint64_t kvl__rcluster_max_bulk(const kvl__rcluster *cl);
  * when every master answered, 1 when some did not (a slot without a
  * master, a master that could not be reached or failed the commands, out
  * of memory): the replies seen then cover only part of the data. */
+/* Sums kvl__rnode_counts over every node known. */
+void kvl__rcluster_node_counts(kvl__rcluster *cl, uint64_t *downs,
+                               uint64_t *refused);
+
 int kvl__rcluster_masters(kvl__rcluster *cl, size_t n, const kvl__rcmd *cmds,
                           void (*fn)(void *ctx, struct redisReply **replies),
                           void *ctx);

@@ -30,6 +30,8 @@ struct kvl__rnode {
 	unsigned fails;    /* (mu) failed connects in a row */
 	char why[200];     /* (mu) the last connect failure */
 	_Atomic uint64_t down_until; /* monotonic ns; 0: up */
+	_Atomic uint64_t downs;      /* times it went down from up */
+	_Atomic uint64_t refused;    /* connections refused while down */
 };
 
 kvl__rnode *kvl__rnode_new(const char *host, int port)
@@ -45,6 +47,8 @@ kvl__rnode *kvl__rnode_new(const char *host, int port)
 		snprintf(nd->name, sizeof nd->name, "%s:%d", host, port);
 	pthread_mutex_init(&nd->mu, NULL);
 	atomic_init(&nd->down_until, 0);
+	atomic_init(&nd->downs, 0);
+	atomic_init(&nd->refused, 0);
 	return nd;
 }
 
@@ -73,6 +77,12 @@ void kvl__rnode_clear_down(kvl__rnode *nd)
 	atomic_store(&nd->down_until, 0);
 }
 
+void kvl__rnode_counts(kvl__rnode *nd, uint64_t *downs, uint64_t *refused)
+{
+	*downs += atomic_load(&nd->downs);
+	*refused += atomic_load(&nd->refused);
+}
+
 void kvl__rnode_flush(kvl__rnode *nd)
 {
 	pthread_mutex_lock(&nd->mu);
@@ -90,6 +100,8 @@ void kvl__rnode_flush(kvl__rnode *nd)
 void kvl__rnode_mark_down(kvl__rnode *nd, const char *why)
 {
 	pthread_mutex_lock(&nd->mu);
+	if (nd->fails == 0)
+		atomic_fetch_add(&nd->downs, 1);
 	unsigned f = nd->fails < 8 ? ++nd->fails : nd->fails;
 	uint64_t back = R_DOWN_MIN_NS << (f - 1);
 	if (back > R_DOWN_MAX_NS)
@@ -111,6 +123,7 @@ int kvl__rnode_conn(kvl__rnode *nd, const kvl__rconn_cfg *cfg,
 	}
 	uint64_t now = kvl__now_ns(), until = atomic_load(&nd->down_until);
 	if (!c && until > now) {
+		atomic_fetch_add(&nd->refused, 1);
 		int rc = kvl__fail_buf(errbuf, errlen, KVL_EIO,
 		                       "redis %s is down (%s); next attempt "
 		                       "in %llu ms",

@@ -35,6 +35,10 @@ const char *kvl__rnode_name(const kvl__rnode *nd); /* "host:port" or
 /* 1 while the node's backoff lasts at monotonic time `now`. */
 int kvl__rnode_is_down(kvl__rnode *nd, uint64_t now);
 
+/* Adds to *downs the times the node went down (up, then a failure) and
+ * to *refused the connections it refused at once while down. */
+void kvl__rnode_counts(kvl__rnode *nd, uint64_t *downs, uint64_t *refused);
+
 /* Ends the backoff now (a last try at a node that is down). */
 void kvl__rnode_clear_down(kvl__rnode *nd);
 

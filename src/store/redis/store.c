@@ -535,6 +535,9 @@ static void redis_stats(void *impl, kvl_store_stats *out)
 	out->misses = atomic_load(&r->misses);
 	out->puts = atomic_load(&r->puts);
 	out->errors = atomic_load(&r->errors);
+	/* The nodes' back-offs are their circuit breakers. */
+	kvl__rcluster_node_counts(r->cl, &out->breaker_opens,
+	                          &out->breaker_refused);
 
 	kvl__rcmd cmds[3] = {
 		{ 1, { "DBSIZE" }, { 6 } },
