@@ -294,13 +294,12 @@ void kvl__rcall_run(kvl__rcall *k)
 	for (int round = 0;; round++) {
 		/* Route. Ops whose slot has no node wait for a refresh. */
 		size_t m = 0;
-		uint64_t now = kvl__now_ns();
 		pthread_mutex_lock(&cl->mu);
 		for (size_t i = 0; i < k->n_ops; i++) {
 			kvl__rop *op = &k->ops[i];
 			if (op->state != R_PENDING)
 				continue;
-			op->node = kvl__rcluster_route_locked(cl, op, now);
+			op->node = kvl__rcluster_route_locked(cl, op);
 			if (op->node != R_NONE)
 				k->order[m++] = op;
 		}

@@ -54,6 +54,7 @@ static uint16_t node_get_locked(kvl__rcluster *cl, const char *host,
 	kvl__rnode *nd = kvl__rnode_new(host, port);
 	if (!nd)
 		return R_NONE;
+	kvl__rnode_set_kick(nd, kvl__rprobe_kick, cl);
 	cl->nodes[n] = nd;
 	atomic_store(&cl->n_nodes, n + 1);
 	return (uint16_t)n;
@@ -222,7 +223,7 @@ void kvl__rcluster_refresh(kvl__rcluster *cl)
 	for (int pass = 0; pass < 2 && !done; pass++)
 		for (size_t i = 0; i < k && !done; i++) {
 			kvl__rnode *nd = cl->nodes[order[i]];
-			if (kvl__rnode_is_down(nd, kvl__now_ns()) != pass)
+			if (kvl__rnode_is_down(nd) != pass)
 				continue;
 			if (pass)
 				kvl__rnode_clear_down(nd);
@@ -251,8 +252,7 @@ void kvl__rcluster_refresh_stale(kvl__rcluster *cl)
 
 /* ------------------------------------------------------------- routing */
 
-uint16_t kvl__rcluster_route_locked(kvl__rcluster *cl, kvl__rop *op,
-                                    uint64_t now)
+uint16_t kvl__rcluster_route_locked(kvl__rcluster *cl, kvl__rop *op)
 {
 	if (op->redirect != R_NONE) {
 		uint16_t id = op->redirect;
@@ -271,7 +271,7 @@ uint16_t kvl__rcluster_route_locked(kvl__rcluster *cl, kvl__rop *op,
 		uint64_t start = atomic_fetch_add(&cl->rr, 1);
 		for (uint16_t i = 0; i < rs->n; i++) {
 			uint16_t id = rs->ids[(start + i) % rs->n];
-			if (!kvl__rnode_is_down(cl->nodes[id], now))
+			if (!kvl__rnode_is_down(cl->nodes[id]))
 				return id;
 		}
 	}
@@ -362,6 +362,12 @@ int kvl__rcluster_new(kvl__rcluster **out)
 	if (!cl)
 		return KVL_ENOMEM;
 	pthread_mutex_init(&cl->mu, NULL);
+	pthread_mutex_init(&cl->probe_mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&cl->probe_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	atomic_init(&cl->n_nodes, 0);
 	*out = cl;
 	return 0;
@@ -381,12 +387,15 @@ void kvl__rcluster_close(kvl__rcluster *cl)
 {
 	if (!cl)
 		return;
+	kvl__rprobe_stop(cl); /* it probes the nodes */
 	size_t n = atomic_load(&cl->n_nodes);
 	for (size_t i = 0; i < n; i++)
 		kvl__rnode_free(cl->nodes[i]);
 	free(cl->slot_master);
 	free(cl->slot_rset);
 	free(cl->rsets);
+	pthread_cond_destroy(&cl->probe_cv);
+	pthread_mutex_destroy(&cl->probe_mu);
 	pthread_mutex_destroy(&cl->mu);
 	free(cl);
 }

@@ -52,13 +52,18 @@ struct kvl__rcluster {
 	int refreshing;         /* (mu) */
 
 	atomic_uint_fast64_t rr; /* replica reads, for round robin */
+
+	/* probe.c: the prober that reconnects down nodes */
+	pthread_mutex_t probe_mu;
+	pthread_cond_t probe_cv;
+	pthread_t prober;
+	int probe_started, probe_stop, probe_kicked; /* (probe_mu) */
 };
 
 /* The node an op goes to now (mu held): the node a redirection named
  * (once), else its slot's master, or for a read with replicas=1 a replica
  * of the slot that is up. R_NONE: the slot has no node. */
-uint16_t kvl__rcluster_route_locked(kvl__rcluster *cl, kvl__rop *op,
-                                    uint64_t now);
+uint16_t kvl__rcluster_route_locked(kvl__rcluster *cl, kvl__rop *op);
 
 /* A MOVED (moved = 1) or ASK for `slot` named host:port: the id of that
  * node, created if new; after MOVED the slot map points the slot there.
@@ -73,5 +78,10 @@ void kvl__rcluster_refresh(kvl__rcluster *cl);
 /* Refreshes the slot map when it is older than 10 s and no refresh is
  * running (new replicas and nodes show up without redirections). */
 void kvl__rcluster_refresh_stale(kvl__rcluster *cl);
+
+/* probe.c: a node went down (every node's kick; starts the prober the
+ * first time), and the prober's end (before the nodes are freed). */
+void kvl__rprobe_kick(void *ctx);
+void kvl__rprobe_stop(kvl__rcluster *cl);
 
 #endif /* KVL_REDIS_CLUSTER_IMPL_H */

@@ -3,9 +3,10 @@
  * record (see node.h).
  *
  * Invariants: `idle` is a list of n_idle connections that are not broken
- * and have no work; `fails` counts the failed connects in a row (0 once a
- * connection is made) and down_until is the end of the backoff they earned
- * (0: up). Locking: `mu` guards idle, n_idle, fails and why; down_until is
+ * and have no work (empty while down); `fails` counts the failures in a
+ * row (0 once a connection is made) and down_until is when the backoff
+ * they earned ends and the next probe is due (0: up). While down, nothing
+ * but a probe (or a refresh's last try, kvl__rnode_clear_down) connects. Locking: `mu` guards idle, n_idle, fails and why; down_until is
  * an atomic, written under `mu` (but by kvl__rnode_clear_down) and read
  * without it. host, port and name never change once the node is made.
  * Connections are opened and closed outside the lock.
@@ -13,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include <hiredis/hiredis.h>
 
 #include "store/redis/node.h"
 #include "store/redis/spec.h"
@@ -32,6 +35,8 @@ struct kvl__rnode {
 	_Atomic uint64_t down_until; /* monotonic ns; 0: up */
 	_Atomic uint64_t downs;      /* times it went down from up */
 	_Atomic uint64_t refused;    /* connections refused while down */
+	void (*kick)(void *ctx);     /* told when the node goes down */
+	void *kick_ctx;
 };
 
 kvl__rnode *kvl__rnode_new(const char *host, int port)
@@ -67,9 +72,20 @@ const char *kvl__rnode_host(const kvl__rnode *nd) { return nd->host; }
 int kvl__rnode_port(const kvl__rnode *nd) { return nd->port; }
 const char *kvl__rnode_name(const kvl__rnode *nd) { return nd->name; }
 
-int kvl__rnode_is_down(kvl__rnode *nd, uint64_t now)
+void kvl__rnode_set_kick(kvl__rnode *nd, void (*kick)(void *ctx), void *ctx)
 {
-	return atomic_load(&nd->down_until) > now;
+	nd->kick = kick;
+	nd->kick_ctx = ctx;
+}
+
+int kvl__rnode_is_down(kvl__rnode *nd)
+{
+	return atomic_load(&nd->down_until) != 0;
+}
+
+uint64_t kvl__rnode_probe_at(kvl__rnode *nd)
+{
+	return atomic_load(&nd->down_until);
 }
 
 void kvl__rnode_clear_down(kvl__rnode *nd)
@@ -110,28 +126,69 @@ void kvl__rnode_mark_down(kvl__rnode *nd, const char *why)
 	         why);
 	atomic_store(&nd->down_until, kvl__now_ns() + back);
 	pthread_mutex_unlock(&nd->mu);
+	/* Its idle connections reach a node that failed: none is trusted. */
+	kvl__rnode_flush(nd);
+	if (nd->kick)
+		nd->kick(nd->kick_ctx);
+}
+
+/* The node answered: up, its failure record cleared. */
+static void node_up(kvl__rnode *nd)
+{
+	pthread_mutex_lock(&nd->mu);
+	nd->fails = 0;
+	atomic_store(&nd->down_until, 0);
+	pthread_mutex_unlock(&nd->mu);
+}
+
+int kvl__rnode_probe(kvl__rnode *nd, const kvl__rconn_cfg *cfg,
+                     unsigned pool_max)
+{
+	uint64_t at = atomic_load(&nd->down_until);
+	if (at == 0 || at > kvl__now_ns())
+		return 1;
+	char why[KVL__ERRMSG_MAX];
+	kvl__rconn *c = NULL;
+	int rc = kvl__rconn_open(nd->host, nd->port, cfg, nd, &c, why,
+	                         sizeof why);
+	if (rc == 0) {
+		kvl__rcmd ping = { 1, { "PING" }, { 4 } };
+		struct redisReply *rep = NULL;
+		rc = kvl__rconn_control(c, 1, &ping, &rep, cfg->timeout_ms, why,
+		                        sizeof why);
+		if (rep)
+			freeReplyObject(rep);
+	}
+	if (rc < 0) {
+		kvl__rconn_close(c);
+		kvl__rnode_mark_down(nd, why);
+		return rc;
+	}
+	node_up(nd);
+	kvl__rnode_conn_put(c, pool_max);
+	return 0;
 }
 
 int kvl__rnode_conn(kvl__rnode *nd, const kvl__rconn_cfg *cfg,
                     kvl__rconn **out, char *errbuf, size_t errlen)
 {
 	pthread_mutex_lock(&nd->mu);
+	uint64_t now = kvl__now_ns(), until = atomic_load(&nd->down_until);
+	if (until) {
+		atomic_fetch_add(&nd->refused, 1);
+		int rc = kvl__fail_buf(errbuf, errlen, KVL_EIO,
+		                       "redis %s is down (%s); the next probe "
+		                       "is in %llu ms",
+		                       nd->name, nd->why,
+		                       (unsigned long long)(until > now ?
+		                               (until - now) / 1000000 + 1 : 0));
+		pthread_mutex_unlock(&nd->mu);
+		return rc;
+	}
 	kvl__rconn *c = nd->idle;
 	if (c) {
 		nd->idle = *kvl__rconn_next(c);
 		nd->n_idle--;
-	}
-	uint64_t now = kvl__now_ns(), until = atomic_load(&nd->down_until);
-	if (!c && until > now) {
-		atomic_fetch_add(&nd->refused, 1);
-		int rc = kvl__fail_buf(errbuf, errlen, KVL_EIO,
-		                       "redis %s is down (%s); next attempt "
-		                       "in %llu ms",
-		                       nd->name, nd->why,
-		                       (unsigned long long)((until - now) /
-		                                            1000000 + 1));
-		pthread_mutex_unlock(&nd->mu);
-		return rc;
 	}
 	pthread_mutex_unlock(&nd->mu);
 	if (c) {
@@ -147,10 +204,7 @@ int kvl__rnode_conn(kvl__rnode *nd, const kvl__rconn_cfg *cfg,
 			                     errbuf && errlen ? errbuf : "");
 		return rc;
 	}
-	pthread_mutex_lock(&nd->mu);
-	nd->fails = 0;
-	atomic_store(&nd->down_until, 0);
-	pthread_mutex_unlock(&nd->mu);
+	node_up(nd);
 	*out = c;
 	return 0;
 }
