@@ -262,12 +262,12 @@ static kvl_hash *make_pages(size_t n, uint64_t seed)
 	return h;
 }
 
-/* Waits for the completion of request id (10 s at most): 0, or -1. No
+/* Waits for the completion of request id (HANG_MS at most): 0, or -1. No
  * cmocka assertion: also used off the main thread. */
 static int poll_done(kvl_linker *lk, uint64_t id, kvl_completion *out)
 {
 	uint64_t t0 = now_ms();
-	while (now_ms() - t0 < 10000) {
+	while (now_ms() - t0 < HANG_MS) {
 		kvl_completion c[4];
 		size_t n = 0;
 		if (kvl_linker_poll(lk, c, 4, &n, 100) != 0)
@@ -646,13 +646,14 @@ static void test_restart(void **state)
 	ASSERT_CODE(kvl_store_exists(s, &k, 1, &r), 0);
 	ASSERT_CODE(r, KVL_EIO);
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "down");
-	assert_true(now_ms() - t0 < 1000);
+	/* How fast a dead server is reported: bench_redis --failures. */
+	ASSERT_TRUE_MSG(now_ms() - t0 < HANG_MS, "calls to a dead server hung");
 
 	/* Back (empty: nothing persists): served again without reopening. */
 	server_do("restart", P);
 	t0 = now_ms();
 	int ok = 0;
-	while (!ok && now_ms() - t0 < 5000) {
+	while (!ok && now_ms() - t0 < HANG_MS) {
 		ok = put1(s, "rs/b", buf, 64) == KVL_PUT_STORED;
 		if (!ok)
 			sleep_ms(50);
@@ -681,16 +682,21 @@ static void test_timeout(void **state)
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "no progress for 300 ms");
 	print_message("    a paused server failed the get after %llu ms\n",
 	              (unsigned long long)took);
-	assert_true(took >= 250 && took < 1500);
-	/* Meanwhile calls fail at once instead of waiting again. */
+	/* Not before the timeout; after it, only a hang is too late (how
+	 * long it takes: bench_redis --failures). */
+	ASSERT_TRUE_MSG(took >= 250 && took < HANG_MS,
+	                "the get failed after %llu ms (timeout_ms=300)",
+	                (unsigned long long)took);
+	/* Meanwhile calls fail too (at once, while the node is marked down:
+	 * bench_redis --failures measures it). */
 	t0 = now_ms();
 	ASSERT_CODE(get1(s, "to/a", 0, buf, 64), KVL_EIO);
-	assert_true(now_ms() - t0 < 250);
+	ASSERT_TRUE_MSG(now_ms() - t0 < HANG_MS, "a get of a paused server hung");
 
 	server_do("resume", P);
 	t0 = now_ms();
 	int64_t r = KVL_EIO;
-	while (r != 64 && now_ms() - t0 < 5000) {
+	while (r != 64 && now_ms() - t0 < HANG_MS) {
 		r = get1(s, "to/a", 0, buf, 64);
 		if (r != 64)
 			sleep_ms(50);
@@ -772,7 +778,7 @@ static void test_paused_seed(void **state)
 	ASSERT_CODE(open_err(eb, sizeof eb,
 	                     "redis://127.0.0.1:%d?timeout_ms=300", P),
 	            KVL_EIO);
-	assert_true(now_ms() - t0 < 5000);
+	ASSERT_TRUE_MSG(now_ms() - t0 < HANG_MS, "opening a paused seed hung");
 	ASSERT_CONTAINS(eb, "no reply");
 	kvl_store *s = open_okf("redis://127.0.0.1:%d,127.0.0.1:%d?"
 	                       "timeout_ms=300",
@@ -1099,7 +1105,7 @@ static void test_cluster_replicas(void **state)
 			strcat(slots, "\n");
 			if (strstr(slots, line))
 				break;
-			if (now_ms() - t0 > 10000)
+			if (now_ms() - t0 > HANG_MS)
 				fail_msg("CLUSTER SLOTS never listed replica %d",
 				         cluster_ports[i]);
 			sleep_ms(50);
@@ -1118,7 +1124,7 @@ static void test_cluster_replicas(void **state)
 	/* Replication is asynchronous: wait until every key is visible. */
 	t0 = now_ms();
 	int seen = 0;
-	while (seen < N && now_ms() - t0 < 5000) {
+	while (seen < N && now_ms() - t0 < HANG_MS) {
 		seen = 0;
 		for (int i = 0; i < N; i++) {
 			snprintf(key, sizeof key, "rp/%02d", i);
@@ -1162,7 +1168,7 @@ static void wait_replicated(void)
 			const char *so = strstr(out, ",offset=");
 			if (mo && so && atoll(mo + 19) == atoll(so + 8))
 				break;
-			if (now_ms() - t0 > 5000)
+			if (now_ms() - t0 > HANG_MS)
 				fail_msg("replica of %d lagging: %s",
 				         cluster_ports[m], out);
 			sleep_ms(20);
@@ -1232,7 +1238,7 @@ static void test_cluster_failover(void **state)
 	pthread_t th;
 	ASSERT_EQ(pthread_create(&th, NULL, churn_loads, &ch), 0);
 	/* Loads run before the kill, however slow the machine. */
-	for (uint64_t t0 = now_ms(); now_ms() - t0 < 10000;) {
+	for (uint64_t t0 = now_ms(); now_ms() - t0 < HANG_MS;) {
 		sleep_ms(100);
 		if (atomic_load(&ch.ok_before) >= 3 || atomic_load(&ch.hung))
 			break;
@@ -1247,7 +1253,7 @@ static void test_cluster_failover(void **state)
 	uint64_t killed = now_ms();
 	atomic_store(&ch.kill_ms, killed);
 	/* Full batches again once a replica took over (no restart). */
-	while (now_ms() - killed < 20000 && !atomic_load(&ch.hung)) {
+	while (now_ms() - killed < HANG_MS && !atomic_load(&ch.hung)) {
 		sleep_ms(100);
 		if (atomic_load(&ch.ok_after) >= 3)
 			break;
