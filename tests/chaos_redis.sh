@@ -10,7 +10,9 @@
 # usage: bash tests/redis/run.sh cluster bash tests/chaos_redis.sh TEST_CHAOS [RUNS]
 #   (run.sh starts the cluster and exports KVL_REDIS_DIR, KVL_REDIS_SERVERS,
 #   KVL_REDIS_CLUSTER and KVL_TEST_STORE_URI). RUNS defaults to 50.
-# Exits with test_chaos's status; 77 (skipped) without a cluster.
+# Exits with test_chaos's status; 1 when fewer servers were killed or paused
+# during the campaign than the minimum (below); 77 (skipped) without a
+# cluster.
 set -u
 chaos=${1:?usage: chaos_redis.sh TEST_CHAOS [RUNS]}
 runs=${2:-50}
@@ -21,30 +23,71 @@ fi
 
 # Short timeouts: a paused node costs a call at most this long.
 uri="$KVL_TEST_STORE_URI?timeout_ms=300&connect_timeout_ms=200"
-KVL_CHAOS_RUNS=$runs KVL_CHAOS_STORE=$uri KVL_CHAOS_LIMIT_S=${KVL_CHAOS_LIMIT_S:-120} \
-	"$chaos" &
-pid=$!
 
-# The disturber: every 0.3-1.2 s, one random server is killed and restarted,
-# or paused and resumed, while the campaign runs.
+# The campaign must really run under disturbance: at least this many kills
+# (and restarts) and pauses of a live server while it runs, and at least
+# half of each round's runs not skipped as unreachable (test_chaos checks
+# KVL_CHAOS_MIN_RUNS). A round that ends before the minimum is reached is
+# followed by another one with the next seeds, up to max_rounds; then the
+# test fails, printing the counts.
+min_kills=${KVL_CHAOS_MIN_KILLS:-2}
+min_pauses=${KVL_CHAOS_MIN_PAUSES:-2}
+max_rounds=${KVL_CHAOS_MAX_ROUNDS:-4}
+seed=${KVL_CHAOS_SEED:-1}
+
+# 0 when the server on port $1 is alive (not killed, maybe paused).
+alive() {
+	local pid
+	pid=$(cat "$KVL_REDIS_DIR/$1/pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null
+}
+
+# The disturber: every 0.1-0.5 s, one random server is killed and restarted,
+# or paused and resumed, while the campaign runs (kills first while fewer
+# than min_kills, then pauses while fewer than min_pauses, then at random).
 ports=($KVL_REDIS_CLUSTER)
-kills=0 pauses=0
-while kill -0 "$pid" 2>/dev/null; do
-	sleep "0.$((3 + RANDOM % 9))"
-	port=${ports[$((RANDOM % ${#ports[@]}))]}
-	if [ $((RANDOM % 2)) -eq 0 ]; then
-		bash "$KVL_REDIS_SERVERS" kill "$KVL_REDIS_DIR" "$port" >/dev/null 2>&1
-		sleep "0.$((2 + RANDOM % 6))"
-		bash "$KVL_REDIS_SERVERS" restart "$KVL_REDIS_DIR" "$port" >/dev/null 2>&1
-		kills=$((kills + 1))
-	else
-		bash "$KVL_REDIS_SERVERS" pause "$KVL_REDIS_DIR" "$port" >/dev/null 2>&1
+kills=0 pauses=0 rounds=0 rc=0
+while [ "$rounds" -lt "$max_rounds" ]; do
+	rounds=$((rounds + 1))
+	KVL_CHAOS_RUNS=$runs KVL_CHAOS_SEED=$seed KVL_CHAOS_STORE=$uri \
+		KVL_CHAOS_MIN_RUNS=${KVL_CHAOS_MIN_RUNS:-$(((runs + 1) / 2))} \
+		KVL_CHAOS_LIMIT_S=${KVL_CHAOS_LIMIT_S:-120} "$chaos" &
+	pid=$!
+	while kill -0 "$pid" 2>/dev/null; do
 		sleep "0.$((1 + RANDOM % 5))"
-		bash "$KVL_REDIS_SERVERS" resume "$KVL_REDIS_DIR" "$port" >/dev/null 2>&1
-		pauses=$((pauses + 1))
-	fi
+		kill -0 "$pid" 2>/dev/null || break
+		port=${ports[$((RANDOM % ${#ports[@]}))]}
+		alive "$port" || continue
+		if [ "$kills" -lt "$min_kills" ]; then
+			what=kill
+		elif [ "$pauses" -lt "$min_pauses" ]; then
+			what=pause
+		elif [ $((RANDOM % 2)) -eq 0 ]; then
+			what=kill
+		else
+			what=pause
+		fi
+		if [ "$what" = kill ]; then
+			bash "$KVL_REDIS_SERVERS" kill "$KVL_REDIS_DIR" "$port" >/dev/null 2>&1
+			alive "$port" || kills=$((kills + 1))
+			sleep "0.$((1 + RANDOM % 4))"
+			bash "$KVL_REDIS_SERVERS" restart "$KVL_REDIS_DIR" "$port" >/dev/null 2>&1 ||
+				echo "chaos_redis: server $port did not restart"
+		else
+			bash "$KVL_REDIS_SERVERS" pause "$KVL_REDIS_DIR" "$port" >/dev/null 2>&1 &&
+				pauses=$((pauses + 1))
+			sleep "0.$((1 + RANDOM % 4))"
+			bash "$KVL_REDIS_SERVERS" resume "$KVL_REDIS_DIR" "$port" >/dev/null 2>&1
+		fi
+	done
+	wait "$pid"
+	rc=$?
+	[ "$rc" -eq 0 ] || break
+	[ "$kills" -ge "$min_kills" ] && [ "$pauses" -ge "$min_pauses" ] && break
+	seed=$((seed + runs))
 done
-wait "$pid"
-rc=$?
-echo "chaos_redis: $kills kills and restarts, $pauses pauses of cluster servers during the campaign; exit $rc"
+echo "chaos_redis: $rounds round(s) of $runs runs; $kills kills and restarts, $pauses pauses of live cluster servers during the campaign (at least $min_kills and $min_pauses needed); test_chaos exit $rc"
+if [ "$rc" -eq 0 ] && { [ "$kills" -lt "$min_kills" ] || [ "$pauses" -lt "$min_pauses" ]; }; then
+	echo "chaos_redis: FAIL: too few disturbances exercised"
+	exit 1
+fi
 exit $rc
