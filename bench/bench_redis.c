@@ -25,6 +25,17 @@
  *                    [--batch-mib N] [--reps N] [--sizes K,K,…] [--json]
  * The URI may carry kvlink options (?inflight=4MiB…); the plain client uses
  * its hosts only (no password support). Not a test.
+ *
+ * bench_redis --failures [--reps N] [--json], under tests/redis/run.sh
+ * standalone (which starts a throwaway server and says how to kill, pause
+ * and restart it), measures instead how long failures take to report and
+ * to heal, in ms, best and worst of N rounds (the tests only check that
+ * none of them hangs):
+ *   refused     open of a port nobody listens on, to KVL_EIO
+ *   killed      get from a killed server, to KVL_EIO; then the next call
+ *               (the node is marked down); restarted: until a put succeeds
+ *   paused      get from a paused server (timeout_ms=300), to KVL_EIO;
+ *               the next call; resumed: until a get succeeds
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -44,6 +55,10 @@ int main(void)
 	return 77;
 }
 #else
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
@@ -189,6 +204,158 @@ static void plain_batch(plain *p, int what, char (*keys)[KEY_MAX], size_t n,
 	}
 }
 
+/* ------------------------------------------------------------ failures */
+
+enum { F_REFUSED, F_KILLED, F_KILLED_NEXT, F_RESTARTED, F_PAUSED,
+       F_PAUSED_NEXT, F_RESUMED, F_N };
+static const char *const f_names[F_N] = {
+	"refused", "killed", "killed_next", "restarted", "paused",
+	"paused_next", "resumed"};
+
+static double ms_since(double t)
+{
+	return (now_s() - t) * 1e3;
+}
+
+/* Runs tests/redis/servers.sh ACTION on the standalone server. */
+static void server(const char *action, int port)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof cmd, "bash '%s' %s '%s' %d >/dev/null 2>&1",
+	         getenv("KVL_REDIS_SERVERS"), action, getenv("KVL_REDIS_DIR"),
+	         port);
+	if (system(cmd) != 0)
+		die("%s failed%s", cmd, "");
+}
+
+/* A loopback port nobody listens on (bound, then closed). */
+static int closed_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET,
+		                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+	    getsockname(fd, (struct sockaddr *)&a, &len))
+		die("cannot find a closed port%s%s", "", "");
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+static int get_one(kvl_store *s, const char *key, char *buf, size_t len)
+{
+	kvl_range r = { 0, buf, len };
+	size_t one = 1;
+	int res = -1000;
+	if (kvl_store_get(s, &key, 1, &r, &one, &res) != 0)
+		return -1000;
+	return res;
+}
+
+static int put_one(kvl_store *s, const char *key, const char *val, size_t len)
+{
+	kvl_iov v = { (void *)val, len };
+	size_t one = 1;
+	int res = -1000;
+	if (kvl_store_put(s, &key, 1, &v, &one, &res) != 0)
+		return -1000;
+	return res;
+}
+
+/* One round: F_N times in ms. */
+static void failure_round(int port, double *ms)
+{
+	char uri[256], err[512], buf[64] = { 0 };
+	kvl_store *s;
+	double t;
+
+	snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", closed_port());
+	t = now_s();
+	if (kvl_store_open(uri, &s, err, sizeof err) != KVL_EIO)
+		die("open of a closed port: not KVL_EIO: %s%s", err, "");
+	ms[F_REFUSED] = ms_since(t);
+
+	snprintf(uri, sizeof uri, "redis://127.0.0.1:%d?timeout_ms=300", port);
+	if (kvl_store_open(uri, &s, err, sizeof err))
+		die("kvl_store_open: %s%s", err, "");
+	put_one(s, "bench_redis:f", buf, sizeof buf);
+	server("kill", port);
+	t = now_s();
+	if (get_one(s, "bench_redis:f", buf, sizeof buf) != KVL_EIO)
+		die("get from a killed server: not KVL_EIO: %s%s",
+		    kvl_store_errmsg(s), "");
+	ms[F_KILLED] = ms_since(t);
+	t = now_s();
+	get_one(s, "bench_redis:f", buf, sizeof buf);
+	ms[F_KILLED_NEXT] = ms_since(t);
+	server("restart", port);
+	t = now_s();
+	while (put_one(s, "bench_redis:f", buf, sizeof buf) < 0) {
+		if (ms_since(t) > 60000)
+			die("not served 60 s after the restart%s%s", "", "");
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	ms[F_RESTARTED] = ms_since(t);
+
+	server("pause", port);
+	t = now_s();
+	if (get_one(s, "bench_redis:f", buf, sizeof buf) != KVL_EIO)
+		die("get from a paused server: not KVL_EIO: %s%s",
+		    kvl_store_errmsg(s), "");
+	ms[F_PAUSED] = ms_since(t);
+	t = now_s();
+	get_one(s, "bench_redis:f", buf, sizeof buf);
+	ms[F_PAUSED_NEXT] = ms_since(t);
+	server("resume", port);
+	t = now_s();
+	while (get_one(s, "bench_redis:f", buf, sizeof buf) != 0) {
+		if (ms_since(t) > 60000)
+			die("not served 60 s after the resume%s%s", "", "");
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	}
+	ms[F_RESUMED] = ms_since(t);
+	kvl_store_close(s);
+}
+
+static int failures(int reps, int json)
+{
+	const char *sa = getenv("KVL_REDIS_STANDALONE");
+	const char *colon = sa ? strrchr(sa, ':') : NULL;
+	if (!colon || !getenv("KVL_REDIS_SERVERS") || !getenv("KVL_REDIS_DIR"))
+		die("--failures runs under tests/redis/run.sh standalone%s%s",
+		    "", "");
+	int port = atoi(colon + 1);
+	double lo[F_N], hi[F_N];
+	for (int i = 0; i < F_N; i++) {
+		lo[i] = 1e300;
+		hi[i] = 0;
+	}
+	for (int r = 0; r < reps; r++) {
+		double ms[F_N];
+		failure_round(port, ms);
+		for (int i = 0; i < F_N; i++) {
+			if (ms[i] < lo[i])
+				lo[i] = ms[i];
+			if (ms[i] > hi[i])
+				hi[i] = ms[i];
+		}
+	}
+	if (json) {
+		printf("{\"rounds\":%d", reps);
+		for (int i = 0; i < F_N; i++)
+			printf(",\"%s_ms\":[%.1f,%.1f]", f_names[i], lo[i],
+			       hi[i]);
+		printf("}\n");
+		return 0;
+	}
+	printf("bench_redis --failures: standalone server 127.0.0.1:%d, "
+	       "timeout_ms=300, %d round%s; ms, best-worst\n",
+	       port, reps, reps == 1 ? "" : "s");
+	for (int i = 0; i < F_N; i++)
+		printf("  %-12s %8.1f - %8.1f\n", f_names[i], lo[i], hi[i]);
+	return 0;
+}
+
 /* ---------------------------------------------------------------- main */
 
 typedef struct result {
@@ -201,10 +368,12 @@ int main(int argc, char **argv)
 	size_t mib = 256, batch_mib = 32;
 	int reps = 3, json = 0;
 	size_t sizes[16] = { 64 << 10, 256 << 10, 1 << 20, 4 << 20 };
-	int n_sizes = 4;
+	int n_sizes = 4, fail_mode = 0;
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--uri") && i + 1 < argc)
+		if (!strcmp(argv[i], "--failures"))
+			fail_mode = 1;
+		else if (!strcmp(argv[i], "--uri") && i + 1 < argc)
 			uri = argv[++i];
 		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
 			mib = strtoull(argv[++i], NULL, 10);
@@ -230,10 +399,15 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 			        "usage: bench_redis --uri redis://HOST:PORT[,…] "
 			        "[--mib N] [--batch-mib N] [--reps N] "
-			        "[--sizes 64K,1M,…] [--json]\n");
+			        "[--sizes 64K,1M,…] [--json]\n"
+			        "       bench_redis --failures [--reps N] "
+			        "[--json]   (under tests/redis/run.sh "
+			        "standalone)\n");
 			return 2;
 		}
 	}
+	if (fail_mode)
+		return failures(reps < 1 ? 1 : reps, json);
 	if (!uri)
 		uri = getenv("KVL_TEST_STORE_URI");
 	if (!uri)
