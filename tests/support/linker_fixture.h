@@ -51,8 +51,8 @@
 #define MAX_POOLS 3
 #define FILL 0xEE      /* what destination memory holds before a load */
 #define STORE_URI store_uri("", NULL)
-#define COLLECT_MS 10000
-#define LONG_MS 10000
+#define COLLECT_MS HANG_MS /* waits for completions: only a hang runs out */
+#define LONG_MS HANG_MS    /* timeout of waits and flushes that must succeed */
 
 /* ------------------------------------------------------------- engines */
 
