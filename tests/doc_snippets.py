@@ -34,6 +34,9 @@ The convention, for whoever writes documentation:
         result is built and run as a whole program.
     <!-- snippet: skip REASON -->  not checked; the reason is required.
 
+C programs are built with the build's sanitizers (--sanitize) and every
+program runs for at most RUN_LIMIT_S seconds (a hang, not a speed limit).
+
 usage: doc_snippets.py blocks|c|python|shell --root DIR [--build DIR]
          [--cc CC] [--lib LIBKVLINK] [--tool KVLINK] [--sanitize LIST]
 Exit: 0 all checked blocks pass; 1 a block fails (each failure names
