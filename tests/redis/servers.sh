@@ -19,13 +19,26 @@ die() { echo "servers.sh: $*" >&2; exit 1; }
 
 cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
 
-# Waits until the server on $1 answers PING, or its process $2 is gone.
+# Number of times the server of DIR/PORT logged that it is ready.
+readies() {
+	local n
+	n=$(grep -c "Ready to accept connections" "$1/$2/log" 2>/dev/null)
+	echo "${n:-0}"
+}
+
+# Waits until the server of DIR $1 on port $2, process $3, is up: it logged
+# its readiness once more than $4 times (so a server of someone else that
+# holds the port and answers its PINGs is not taken for ours) and answers
+# PING; 1 when its process is gone first.
 wait_up() {
-	local port=$1 pid=$2 i
+	local dir=$1 port=$2 pid=$3 before=$4 i
 	for i in $(seq 1 100); do
-		# (NOAUTH: up, with a password)
-		cli "$port" ping 2>/dev/null | grep -q -e PONG -e NOAUTH && return 0
 		kill -0 "$pid" 2>/dev/null || return 1
+		# (NOAUTH: up, with a password)
+		if [ "$(readies "$dir" "$port")" -gt "$before" ] &&
+			cli "$port" ping 2>/dev/null | grep -q -e PONG -e NOAUTH; then
+			return 0
+		fi
 		sleep 0.05
 	done
 	return 1
@@ -33,11 +46,12 @@ wait_up() {
 
 # Starts the server whose config is DIR/PORT/redis.conf. 0 when it answers.
 launch() {
-	local dir=$1 port=$2
+	local dir=$1 port=$2 before
+	before=$(readies "$dir" "$port")
 	redis-server "$dir/$port/redis.conf" >>"$dir/$port/stdout" 2>&1 </dev/null &
 	local pid=$!
 	echo "$pid" >"$dir/$port/pid"
-	if ! wait_up "$port" "$pid"; then
+	if ! wait_up "$dir" "$port" "$pid" "$before"; then
 		kill -9 "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null
 		return 1
