@@ -409,7 +409,9 @@ typedef struct kvl_shard {
 #define KVL_POOL_REPLICATED_TP 0x1u
 
 /* Where one component of one layer of a pool keeps its pages: page slot s
- * lives at base + s * page_stride and is page_bytes long. */
+ * lives at base + s * page_stride and is page_bytes long. The whole range,
+ * from base to the end of the last slot, must end below 2^64 (not wrap past
+ * the end of the address space). */
 typedef struct kvl_buffer {
 	void *base;          /* multiple of KVL_LAYOUT_ALIGN */
 	size_t page_stride;  /* bytes between slots; multiple of KVL_LAYOUT_ALIGN */
@@ -430,6 +432,10 @@ typedef struct kvl_iov {
 #define KVL_NAME_MAX 64  /* model tag, pool and component names, in bytes */
 #define KVL_KEY_MAX 320  /* longest key, with its NUL */
 #define KVL_ALL_LAYERS UINT32_MAX
+/* The highest model layer number a buffer may have. Layers may be sparse
+ * (hybrid models number only some layers of a pool); a layout indexes each
+ * pool's layers by number, 4 bytes per number up to its highest. */
+#define KVL_MAX_LAYER 1048575
 
 /* Starts a new layout for model `model_tag` with `page_size` tokens per page
  * for the rank `shard` (NULL: a single rank).
@@ -461,7 +467,8 @@ KVL_API int kvl_layout_add_pool(kvl_layout *layout, const char *name,
  * has sliding-window state). `buf` is copied.
  * Errors: KVL_EINVAL (NULL or zero sizes, misalignment, page_bytes >
  * page_stride, a num_pages that differs from the pool's other buffers, bad
- * component name), KVL_ENOTFOUND (unknown pool id), KVL_EEXIST (that
+ * component name, layer above KVL_MAX_LAYER, an address range that wraps
+ * past 2^64), KVL_ENOTFOUND (unknown pool id), KVL_EEXIST (that
  * component and layer already described), KVL_ESTATE (layout finalized),
  * KVL_ENOMEM. Not thread-safe. */
 KVL_API int kvl_layout_add_buffer(kvl_layout *layout, int pool,
@@ -603,7 +610,8 @@ KVL_API const char *kvl_store_errmsg(const kvl_store *store);
 
 /* Announces memory that transfers will touch (engine pools, staging), so
  * that backends that need it can register it (pinning, RDMA). Backends that
- * need nothing accept it. Errors: KVL_EINVAL (NULL or zero length). */
+ * need nothing accept it. Errors: KVL_EINVAL (NULL, zero length, or a range
+ * whose end addr + len is not below 2^64). */
 KVL_API int kvl_store_register(kvl_store *store, void *addr, size_t len,
                                kvl_mem_kind mem);
 

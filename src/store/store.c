@@ -258,6 +258,14 @@ static int check_key(kvl_store *s, const kvl__batch *b, size_t i, size_t at)
 			                 b->fn, i, k,
 			                 b->op == KVL__OP_PUT ? "pieces" : "ranges",
 			                 at + j, n);
+		if (n > UINTPTR_MAX - (uintptr_t)addr)
+			return kvl__fail(&s->err, KVL_EINVAL,
+			                 "%s: keys[%zu] \"%s\": %s[%zu] (%p, "
+			                 "%zu bytes) wraps past the end of the "
+			                 "address space",
+			                 b->fn, i, k,
+			                 b->op == KVL__OP_PUT ? "pieces" : "ranges",
+			                 at + j, addr, n);
 	}
 	return 0;
 }
@@ -396,6 +404,11 @@ int kvl_store_register(kvl_store *store, void *addr, size_t len,
 	if (len == 0)
 		return kvl__fail(&store->err, KVL_EINVAL,
 		                 "kvl_store_register: len is 0");
+	if (len > UINTPTR_MAX - (uintptr_t)addr)
+		return kvl__fail(&store->err, KVL_EINVAL,
+		                 "kvl_store_register: %p + %zu bytes wraps past "
+		                 "the end of the address space",
+		                 addr, len);
 	if (mem != KVL_MEM_HOST && mem != KVL_MEM_CUDA)
 		return kvl__fail(&store->err, KVL_EINVAL,
 		                 "kvl_store_register: unknown memory kind %d",
