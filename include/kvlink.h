@@ -155,16 +155,27 @@ typedef struct kvl_linker_opts {
 	kvl_allreduce_fn allreduce;
 	void *allreduce_user;
 	/* Requests (loads and offloads) accepted and not yet polled; beyond it
-	 * load/offload return KVL_EFULL. Default 4096. */
+	 * load/offload return KVL_EFULL. Default 4096, at most
+	 * KVL_LINKER_MAX_REQUESTS. */
 	uint32_t max_requests;
-	/* Pages of one request. Default 1 << 20. */
+	/* Pages of one request. Default 1 << 20, at most
+	 * KVL_LINKER_MAX_REQUEST_PAGES. */
 	uint32_t max_request_pages;
 	/* Items (page × pool) one store call of the loader or offloader
 	 * carries; larger batches are cut into calls of this size. Default
-	 * 4096. */
+	 * 4096, at most KVL_LINKER_MAX_IO_BATCH. */
 	uint32_t io_batch;
 } kvl_linker_opts;
 #define KVL_LINKER_OPTS_INIT {.struct_size = sizeof(kvl_linker_opts)}
+
+/* The largest values kvl_linker_open accepts for these options (larger ones
+ * are KVL_EINVAL, not an allocation of their size): 2^20 requests (their
+ * completion records, 40 MiB), 2^24 pages per request (the lookup bitmap,
+ * 2 MiB), 2^16 items per store call (their key scratch, 20 MiB per
+ * thread). */
+#define KVL_LINKER_MAX_REQUESTS 1048576
+#define KVL_LINKER_MAX_REQUEST_PAGES 16777216
+#define KVL_LINKER_MAX_IO_BATCH 65536
 
 /* Opens a linker over a store for a finalized layout (both borrowed: they
  * must outlive the linker) and starts its loader and offloader threads.
@@ -176,7 +187,9 @@ typedef struct kvl_linker_opts {
  * to 64 MiB each (io_batch items' reads, or one item's if larger).
  * out     [out] the linker; close it with kvl_linker_close.
  * errbuf  optional buffer of errlen bytes for the reason of a failure.
- * Errors: KVL_EINVAL (NULL, unfinalized layout, bad option), KVL_ENOTSUP
+ * Errors: KVL_EINVAL (NULL, unfinalized layout, bad option: a
+ * struct_size this version does not know, or an option above its
+ * KVL_LINKER_MAX_* limit), KVL_ENOTSUP
  * (a pool on a CUDA device in a build without CUDA or without a usable
  * device; GPU pools on two devices; a pool mixing host and CUDA buffers),
  * KVL_EIO (the GPU copies cannot be set up), KVL_ENOMEM. */

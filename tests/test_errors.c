@@ -1226,6 +1226,36 @@ static int r_linker_struct_big(void)
 	eng_free(&e);
 	return rc;
 }
+static int r_linker_max_requests(void)
+{
+	eng e;
+	eng_init(&e);
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.max_requests = UINT32_MAX; /* once a 128 GiB calloc */
+	int rc = open_lk(&e, 1, &o);
+	eng_free(&e);
+	return rc;
+}
+static int r_linker_max_request_pages(void)
+{
+	eng e;
+	eng_init(&e);
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.max_request_pages = KVL_LINKER_MAX_REQUEST_PAGES + 1u;
+	int rc = open_lk(&e, 1, &o);
+	eng_free(&e);
+	return rc;
+}
+static int r_linker_io_batch(void)
+{
+	eng e;
+	eng_init(&e);
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.io_batch = KVL_LINKER_MAX_IO_BATCH + 1u;
+	int rc = open_lk(&e, 1, &o);
+	eng_free(&e);
+	return rc;
+}
 static int r_linker_cuda(void)
 {
 	if (kvl_has_feature("cuda"))
@@ -1294,9 +1324,9 @@ static int r_lookup_too_many(void)
 	o.max_request_pages = 2;
 	lks x;
 	lks_open(&x, "mem:", &o);
-	size_t p;
-	return lks_close(&x, kvl_linker_lookup(x.lk, x.pages, 4, NULL,
-	                                       &p));
+	size_t p = 99;
+	int rc = kvl_linker_lookup(x.lk, x.pages, 4, NULL, &p);
+	return lks_close(&x, p == 0 ? rc : -999); /* 0 on every failure */
 }
 
 static int r_lookup_no_page(void)
@@ -1934,6 +1964,9 @@ static const row rows[] = {
 	R("linker.unfinalized", r_linker_unfinalized),
 	R("linker.struct-size-zero", r_linker_struct_size),
 	R("linker.struct-size-big", r_linker_struct_big),
+	R("linker.max-requests", r_linker_max_requests),
+	R("linker.max-request-pages", r_linker_max_request_pages),
+	R("linker.io-batch", r_linker_io_batch),
 	R("linker.cuda-pool", r_linker_cuda),
 	R("lookup.prefix-null", r_lookup_prefix_null),
 	R("lookup.too-many-pages", r_lookup_too_many),
