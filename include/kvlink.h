@@ -549,6 +549,9 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       pinned: keep objects in pinned, mapped memory for GPU copies
  *       (default 1 in builds with CUDA when a device is usable).
  *       prealloc: pin the whole capacity at open (pinned mode).
+ *       Without a usable CUDA device nothing is pinned: pinned=1 and
+ *       prealloc=1 then open a store in ordinary memory (host copies
+ *       need no pinning) and say so in a note (see kvl_store_open).
  *   redis://[user:password@]host:port[,host:port…][/db][?options]
  *       Redis, standalone or Cluster (found out at open; builds with
  *       kvl_has_feature("redis")). Options: connect_timeout_ms (1000),
@@ -580,7 +583,8 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
 #define KVL_PUT_PRESENT 1 /* already there (not an error) */
 
 /* Counters of a store. A remote store that cannot tell a count (a node is
- * unreachable) reports UINT64_MAX for it. */
+ * unreachable) reports UINT64_MAX for it; the stats render writes such a
+ * count as NaN (Prometheus) or null (JSON). */
 typedef struct kvl_store_stats {
 	uint64_t objects;   /* objects held now */
 	uint64_t bytes;     /* bytes held now (as the backend accounts them) */
@@ -593,6 +597,11 @@ typedef struct kvl_store_stats {
 } kvl_store_stats;
 
 /* Opens a store from `uri` (NULL or "" means "mem:").
+ * An option the store accepts but cannot honour here (mem:'s pinned=1 or
+ * prealloc=1 without a usable CUDA device) does not fail the open: its note
+ * is then kvl_store_errmsg's message until a call on the store fails, and
+ * both stats renders carry it for the store's life (a "# kvlink_store
+ * note: …" comment line; a "note" member in JSON).
  * out     [out] the store; close it with kvl_store_close.
  * errbuf  optional buffer of errlen bytes for the reason of a failure.
  * Errors: KVL_EPARSE (malformed URI or option), KVL_ENOTSUP (unknown scheme

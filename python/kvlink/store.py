@@ -25,6 +25,8 @@ Buffer = Any
 """Host memory: bytes, bytearray, memoryview, a numpy array or a CPU torch
 tensor (C-contiguous)."""
 
+_UNKNOWN = (1 << 64) - 1  # UINT64_MAX: a count the store cannot tell
+
 _FORMATS = {"prometheus": _lib.KVL_STATS_PROMETHEUS,
             "json": _lib.KVL_STATS_JSON}
 
@@ -322,13 +324,23 @@ class Store(SharedHandle):
 
     # ------------------------------------------------------------ stats
 
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> Dict[str, Optional[int]]:
         """The store's counters: objects, bytes, capacity, hits, misses,
-        puts, evictions, errors."""
+        puts, evictions, errors. A count the store cannot tell (a remote
+        store with a node down) is None, as in :meth:`stats_json`."""
         s = _lib.kvl_store_stats()
         check(lib.kvl_store_stats_get(self._handle, ctypes.byref(s)),
               self._errmsg, "stats")
-        return {name: getattr(s, name) for name, _ in s._fields_}
+        return {name: None if getattr(s, name) == _UNKNOWN else
+                getattr(s, name) for name, _ in s._fields_}
+
+    @property
+    def note(self) -> str:
+        """What the store says about an option it accepted but cannot
+        honour here (``mem:``'s ``pinned=1`` or ``prealloc=1`` without a
+        usable CUDA device), or ``""``: the same text as the stats
+        renders' note."""
+        return self.stats_json().get("note", "")
 
     def render_stats(self, format: Union[str, int] = "json") -> str:
         """The store's stats as text: ``"json"`` or ``"prometheus"``."""

@@ -131,6 +131,8 @@ int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
 		goto fail_store;
 	}
 	kvl__uri_free(&u);
+	if (s->note[0]) /* what the caller reads until a call fails */
+		kvl__fail(&s->err, 0, "%s", s->note);
 	*out = s;
 	return 0;
 
@@ -442,10 +444,10 @@ int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
 		return rc;
 	kvl__cursor c = {buf, len, 0};
 	if (format == KVL_STATS_PROMETHEUS) {
-		kvl__render_store_prom(&c, &s);
+		kvl__render_store_prom(&c, &s, store->note);
 	} else {
 		kvl__put(&c, "{");
-		kvl__render_store_json(&c, &s);
+		kvl__render_store_json(&c, &s, store->note);
 		kvl__put(&c, "}\n");
 	}
 	rc = kvl__cursor_finish(&c, needed);
@@ -458,4 +460,9 @@ int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
 kvl__err *kvl__store_errp(kvl_store *store)
 {
 	return &store->err;
+}
+
+const char *kvl__store_note(const kvl_store *store)
+{
+	return store->note;
 }
