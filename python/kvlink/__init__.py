@@ -21,7 +21,8 @@ directory of the source checkout this package is in.
 from __future__ import annotations
 
 from . import _lib
-from .errors import (AlreadyExists, Canceled, Closed, Corrupt, Full,
+from .errors import (AlreadyExists, ArgumentOutOfRange, Canceled, Closed,
+                     Corrupt, Full,
                      InvalidArgument, KvlinkError, NotFound, NotSupported,
                      OutOfMemory, OutOfRange, ParseError, StateError,
                      StoreIOError, Timeout, error_class)
@@ -75,6 +76,7 @@ __all__ = [
     "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
-    "Closed", "NotSupported", "ParseError", "StateError", "error_class",
+    "Closed", "NotSupported", "ParseError", "StateError", "ArgumentOutOfRange",
+    "error_class",
     "ERRORS", "ERROR_TABLE", "HASH_BYTES",
 ]

@@ -101,6 +101,12 @@ class StateError(KvlinkError):
     """KVL_ESTATE: the call is not allowed now (e.g. layout not finalized)."""
 
 
+class ArgumentOutOfRange(InvalidArgument, OverflowError):
+    """An integer argument outside what its C parameter holds (or the
+    range the call documents): raised by the binding before any C call,
+    with code KVL_EINVAL. Both a ValueError and an OverflowError."""
+
+
 # The class of each code the binding names; codes come from the library's
 # table (_lib.ERRNO), so a code the library adds later raises KvlinkError.
 _BY_NAME: Dict[str, Type[KvlinkError]] = {
@@ -159,5 +165,6 @@ def check(rc: int, errmsg: Optional[Callable[[], str]] = None,
 __all__ = [
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
-    "Closed", "NotSupported", "ParseError", "StateError", "error_class",
+    "Closed", "NotSupported", "ParseError", "StateError",
+    "ArgumentOutOfRange", "error_class",
 ]
