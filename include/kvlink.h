@@ -690,7 +690,9 @@ KVL_API int kvl_store_exists(kvl_store *store, const char *const *keys,
  * n_ranges[i] consecutive entries of `ranges` (key 0 first). [out]
  * results[i] is 0 when every range of key i was read, or a negative code:
  * KVL_ENOTFOUND (absent: nothing of it was written), KVL_ERANGE (a range
- * beyond the object), KVL_EIO (also a remote store's timeout). A key's
+ * beyond the object), KVL_EIO (also a remote store's timeout), KVL_EINVAL
+ * (a malformed key, or a range whose addr is NULL with a length or whose
+ * addr + len is not below 2^64; the other keys are still served). A key's
  * ranges are all read or the key fails. Returns as kvl_store_exists. The
  * embedded store allocates nothing here and an object being read is never
  * freed under the reader. */
@@ -701,7 +703,8 @@ KVL_API int kvl_store_get(kvl_store *store, const char *const *keys, size_t n,
 /* Stores n objects if absent. Object i is the concatenation of n_pieces[i]
  * consecutive entries of `pieces`. [out] results[i] is KVL_PUT_STORED,
  * KVL_PUT_PRESENT, or a negative code: KVL_EFULL (no room: everything
- * evictable is in use), KVL_ERANGE (larger than the capacity), KVL_EIO.
+ * evictable is in use), KVL_ERANGE (larger than the capacity), KVL_EIO,
+ * KVL_EINVAL (a malformed key, or a piece as kvl_store_get's ranges).
  * Returns as kvl_store_exists. */
 KVL_API int kvl_store_put(kvl_store *store, const char *const *keys, size_t n,
                           const kvl_iov *pieces, const size_t *n_pieces,

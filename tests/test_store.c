@@ -361,6 +361,37 @@ static void test_pinned_note(void **state)
 	kvl_store_close(s);
 }
 
+/* A range or piece whose address + length does not end below 2^64 fails
+ * its key with KVL_EINVAL (before: accepted, and copied through the wrap);
+ * the other keys of the call are served. */
+static void test_wrapping_ranges(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:");
+	const char *keys[2] = {"wrap", "fine"};
+	char v[16] = "0123456789abcdef", b[16];
+	kvl_iov pc[2] = {{(void *)(UINTPTR_MAX - 7), 16}, {v, 16}};
+	size_t one[2] = {1, 1};
+	int res[2] = {-100, -100};
+	ASSERT_RC(s, kvl_store_put(s, keys, 2, pc, one, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_EINVAL);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "wraps");
+	ASSERT_CODE(res[1], KVL_PUT_STORED);
+	kvl_range r[2] = {{0, (void *)(UINTPTR_MAX - 3), 8}, {0, b, 16}};
+	const char *gk[2] = {"fine", "fine"};
+	ASSERT_RC(s, kvl_store_get(s, gk, 2, r, one, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_EINVAL);
+	ASSERT_CODE(res[1], KVL_OK);
+	assert_memory_equal(b, v, 16);
+	ASSERT_CODE(kvl_store_register(s, (void *)(UINTPTR_MAX - 7), 8,
+	                               KVL_MEM_HOST),
+	            KVL_EINVAL);
+	ASSERT_CODE(kvl_store_register(s, (void *)(UINTPTR_MAX - 8), 8,
+	                               KVL_MEM_HOST),
+	            KVL_OK);
+	kvl_store_close(s);
+}
+
 static void test_open_malformed(void **state)
 {
 	static const struct {
@@ -1368,6 +1399,7 @@ int main(void)
 		cmocka_unit_test(test_open_defaults),
 		cmocka_unit_test(test_open_malformed),
 		cmocka_unit_test(test_stats_unknown),
+		cmocka_unit_test(test_wrapping_ranges),
 		cmocka_unit_test(test_pinned_note),
 		cmocka_unit_test(test_null_store),
 	};
