@@ -156,16 +156,27 @@ typedef struct kvl_linker_opts {
 	kvl_allreduce_fn allreduce;
 	void *allreduce_user;
 	/* Requests (loads and offloads) accepted and not yet polled; beyond it
-	 * load/offload return KVL_EFULL. Default 4096. */
+	 * load/offload return KVL_EFULL. Default 4096, at most
+	 * KVL_LINKER_MAX_REQUESTS. */
 	uint32_t max_requests;
-	/* Pages of one request. Default 1 << 20. */
+	/* Pages of one request. Default 1 << 20, at most
+	 * KVL_LINKER_MAX_REQUEST_PAGES. */
 	uint32_t max_request_pages;
 	/* Items (page × pool) one store call of the loader or offloader
 	 * carries; larger batches are cut into calls of this size. Default
-	 * 4096. */
+	 * 4096, at most KVL_LINKER_MAX_IO_BATCH. */
 	uint32_t io_batch;
 } kvl_linker_opts;
 #define KVL_LINKER_OPTS_INIT {.struct_size = sizeof(kvl_linker_opts)}
+
+/* The largest values kvl_linker_open accepts for these options (larger ones
+ * are KVL_EINVAL, not an allocation of their size): 2^20 requests (their
+ * completion records, 40 MiB), 2^24 pages per request (the lookup bitmap,
+ * 2 MiB), 2^16 items per store call (their key scratch, 20 MiB per
+ * thread). */
+#define KVL_LINKER_MAX_REQUESTS 1048576
+#define KVL_LINKER_MAX_REQUEST_PAGES 16777216
+#define KVL_LINKER_MAX_IO_BATCH 65536
 
 /* Opens a linker over a store for a finalized layout (both borrowed: they
  * must outlive the linker) and starts its loader and offloader threads.
@@ -177,7 +188,9 @@ typedef struct kvl_linker_opts {
  * to 64 MiB each (io_batch items' reads, or one item's if larger).
  * out     [out] the linker; close it with kvl_linker_close.
  * errbuf  optional buffer of errlen bytes for the reason of a failure.
- * Errors: KVL_EINVAL (NULL, unfinalized layout, bad option), KVL_ENOTSUP
+ * Errors: KVL_EINVAL (NULL, unfinalized layout, bad option: a
+ * struct_size this version does not know, or an option above its
+ * KVL_LINKER_MAX_* limit), KVL_ENOTSUP
  * (a pool on a CUDA device in a build without CUDA or without a usable
  * device; GPU pools on two devices; a pool mixing host and CUDA buffers),
  * KVL_EIO (the GPU copies cannot be set up), KVL_ENOMEM. */
@@ -432,7 +445,9 @@ typedef struct kvl_shard {
 #define KVL_POOL_REPLICATED_TP 0x1u
 
 /* Where one component of one layer of a pool keeps its pages: page slot s
- * lives at base + s * page_stride and is page_bytes long. */
+ * lives at base + s * page_stride and is page_bytes long. The whole range,
+ * from base to the end of the last slot, must end below 2^64 (not wrap past
+ * the end of the address space). */
 typedef struct kvl_buffer {
 	void *base;          /* multiple of KVL_LAYOUT_ALIGN */
 	size_t page_stride;  /* bytes between slots; multiple of KVL_LAYOUT_ALIGN */
@@ -453,6 +468,10 @@ typedef struct kvl_iov {
 #define KVL_NAME_MAX 64  /* model tag, pool and component names, in bytes */
 #define KVL_KEY_MAX 320  /* longest key, with its NUL */
 #define KVL_ALL_LAYERS UINT32_MAX
+/* The highest model layer number a buffer may have. Layers may be sparse
+ * (hybrid models number only some layers of a pool); a layout indexes each
+ * pool's layers by number, 4 bytes per number up to its highest. */
+#define KVL_MAX_LAYER 1048575
 
 /* Starts a new layout for model `model_tag` with `page_size` tokens per page
  * for the rank `shard` (NULL: a single rank).
@@ -484,7 +503,8 @@ KVL_API int kvl_layout_add_pool(kvl_layout *layout, const char *name,
  * has sliding-window state). `buf` is copied.
  * Errors: KVL_EINVAL (NULL or zero sizes, misalignment, page_bytes >
  * page_stride, a num_pages that differs from the pool's other buffers, bad
- * component name), KVL_ENOTFOUND (unknown pool id), KVL_EEXIST (that
+ * component name, layer above KVL_MAX_LAYER, an address range that wraps
+ * past 2^64), KVL_ENOTFOUND (unknown pool id), KVL_EEXIST (that
  * component and layer already described), KVL_ESTATE (layout finalized),
  * KVL_ENOMEM. Not thread-safe. */
 KVL_API int kvl_layout_add_buffer(kvl_layout *layout, int pool,
@@ -552,6 +572,9 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       pinned: keep objects in pinned, mapped memory for GPU copies
  *       (default 1 in builds with CUDA when a device is usable).
  *       prealloc: pin the whole capacity at open (pinned mode).
+ *       Without a usable CUDA device nothing is pinned: pinned=1 and
+ *       prealloc=1 then open a store in ordinary memory (host copies
+ *       need no pinning) and say so in a note (see kvl_store_open).
  *   redis://[user:password@]host:port[,host:port…][/db][?options]
  *       Redis, standalone or Cluster (found out at open; builds with
  *       kvl_has_feature("redis")). Options: connect_timeout_ms (1000),
@@ -587,7 +610,8 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
 #define KVL_PUT_PRESENT 1 /* already there (not an error) */
 
 /* Counters of a store. A remote store that cannot tell a count (a node is
- * unreachable) reports UINT64_MAX for it. */
+ * unreachable) reports UINT64_MAX for it; the stats render writes such a
+ * count as NaN (Prometheus) or null (JSON). */
 typedef struct kvl_store_stats {
 	uint64_t objects;   /* objects held now */
 	uint64_t bytes;     /* bytes held now (as the backend accounts them) */
@@ -604,6 +628,11 @@ typedef struct kvl_store_stats {
 } kvl_store_stats;
 
 /* Opens a store from `uri` (NULL or "" means "mem:").
+ * An option the store accepts but cannot honour here (mem:'s pinned=1 or
+ * prealloc=1 without a usable CUDA device) does not fail the open: its note
+ * is then kvl_store_errmsg's message until a call on the store fails, and
+ * both stats renders carry it for the store's life (a "# kvlink_store
+ * note: …" comment line; a "note" member in JSON).
  * out     [out] the store; close it with kvl_store_close.
  * errbuf  optional buffer of errlen bytes for the reason of a failure.
  * Errors: KVL_EPARSE (malformed URI or option), KVL_ENOTSUP (unknown scheme
@@ -634,7 +663,8 @@ KVL_API const char *kvl_store_errmsg(const kvl_store *store);
 
 /* Announces memory that transfers will touch (engine pools, staging), so
  * that backends that need it can register it (pinning, RDMA). Backends that
- * need nothing accept it. Errors: KVL_EINVAL (NULL or zero length). */
+ * need nothing accept it. Errors: KVL_EINVAL (NULL, zero length, or a range
+ * whose end addr + len is not below 2^64). */
 KVL_API int kvl_store_register(kvl_store *store, void *addr, size_t len,
                                kvl_mem_kind mem);
 
@@ -691,7 +721,9 @@ KVL_API int kvl_store_exists(kvl_store *store, const char *const *keys,
  * n_ranges[i] consecutive entries of `ranges` (key 0 first). [out]
  * results[i] is 0 when every range of key i was read, or a negative code:
  * KVL_ENOTFOUND (absent: nothing of it was written), KVL_ERANGE (a range
- * beyond the object), KVL_EIO (also a remote store's timeout). A key's
+ * beyond the object), KVL_EIO (also a remote store's timeout), KVL_EINVAL
+ * (a malformed key, or a range whose addr is NULL with a length or whose
+ * addr + len is not below 2^64; the other keys are still served). A key's
  * ranges are all read or the key fails. Returns as kvl_store_exists. The
  * embedded store allocates nothing here and an object being read is never
  * freed under the reader. */
@@ -702,7 +734,8 @@ KVL_API int kvl_store_get(kvl_store *store, const char *const *keys, size_t n,
 /* Stores n objects if absent. Object i is the concatenation of n_pieces[i]
  * consecutive entries of `pieces`. [out] results[i] is KVL_PUT_STORED,
  * KVL_PUT_PRESENT, or a negative code: KVL_EFULL (no room: everything
- * evictable is in use), KVL_ERANGE (larger than the capacity), KVL_EIO.
+ * evictable is in use), KVL_ERANGE (larger than the capacity), KVL_EIO,
+ * KVL_EINVAL (a malformed key, or a piece as kvl_store_get's ranges).
  * Returns as kvl_store_exists. */
 KVL_API int kvl_store_put(kvl_store *store, const char *const *keys, size_t n,
                           const kvl_iov *pieces, const size_t *n_pieces,

@@ -407,6 +407,16 @@ static int r_buffer_layer_all(void)
 	kvl_buffer b = buf_at(g_arena, K_BYTES);
 	return add_buf("k", KVL_ALL_LAYERS, &b, 0, -1);
 }
+static int r_buffer_layer_max(void)
+{
+	kvl_buffer b = buf_at(g_arena, K_BYTES);
+	return add_buf("k", KVL_MAX_LAYER + 1u, &b, 0, -1);
+}
+static int r_buffer_wraps(void)
+{
+	kvl_buffer b = buf_at((void *)(UINTPTR_MAX - 7 - STRIDE), K_BYTES);
+	return add_buf("k", 0, &b, 0, -1);
+}
 static int r_buffer_pool_unknown(void)
 {
 	kvl_buffer b = buf_at(g_arena, K_BYTES);
@@ -840,6 +850,19 @@ static int r_store_range_addr(void)
 	return got[0];
 }
 
+static int r_store_range_wraps(void)
+{
+	kvl_store *s = open_ok("mem:");
+	const char *k[1] = {"a"};
+	kvl_range r = {0, (void *)(UINTPTR_MAX - 3), 8};
+	size_t n[1] = {1};
+	int got[1] = {-100};
+	ASSERT_CODE(kvl_store_get(s, k, 1, &r, n, got), KVL_OK);
+	note(got[0], kvl_store_errmsg(s));
+	kvl_store_close(s);
+	return got[0];
+}
+
 /* Puts "a" = 16 bytes into s, then (after `then` changed s, when given)
  * runs one get of [off, off+len) of `key`. */
 static int get_range_then(kvl_store *s, const char *key, uint64_t off,
@@ -910,6 +933,10 @@ static int reg(void *addr, size_t len, kvl_mem_kind mem)
 
 static int r_store_register_null(void) { return reg(NULL, 8, KVL_MEM_HOST); }
 static int r_store_register_zero(void) { return reg(g_arena, 0, KVL_MEM_HOST); }
+static int r_store_register_wraps(void)
+{
+	return reg((void *)(UINTPTR_MAX - 7), 16, KVL_MEM_HOST);
+}
 static int r_store_register_kind(void)
 {
 	return reg(g_arena, 8, (kvl_mem_kind)9);
@@ -1219,6 +1246,36 @@ static int r_linker_struct_big(void)
 	eng_free(&e);
 	return rc;
 }
+static int r_linker_max_requests(void)
+{
+	eng e;
+	eng_init(&e);
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.max_requests = UINT32_MAX; /* once a 128 GiB calloc */
+	int rc = open_lk(&e, 1, &o);
+	eng_free(&e);
+	return rc;
+}
+static int r_linker_max_request_pages(void)
+{
+	eng e;
+	eng_init(&e);
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.max_request_pages = KVL_LINKER_MAX_REQUEST_PAGES + 1u;
+	int rc = open_lk(&e, 1, &o);
+	eng_free(&e);
+	return rc;
+}
+static int r_linker_io_batch(void)
+{
+	eng e;
+	eng_init(&e);
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.io_batch = KVL_LINKER_MAX_IO_BATCH + 1u;
+	int rc = open_lk(&e, 1, &o);
+	eng_free(&e);
+	return rc;
+}
 static int r_linker_cuda(void)
 {
 	if (kvl_has_feature("cuda"))
@@ -1287,9 +1344,9 @@ static int r_lookup_too_many(void)
 	o.max_request_pages = 2;
 	lks x;
 	lks_open(&x, "mem:", &o);
-	size_t p;
-	return lks_close(&x, kvl_linker_lookup(x.lk, x.pages, 4, NULL,
-	                                       &p));
+	size_t p = 99;
+	int rc = kvl_linker_lookup(x.lk, x.pages, 4, NULL, &p);
+	return lks_close(&x, p == 0 ? rc : -999); /* 0 on every failure */
 }
 
 static int r_lookup_no_page(void)
@@ -1876,6 +1933,8 @@ static const row rows[] = {
 	R("buffer.mem-kind", r_buffer_mem_kind),
 	R("buffer.component-name", r_buffer_comp_name),
 	R("buffer.layer-all", r_buffer_layer_all),
+	R("buffer.layer-max", r_buffer_layer_max),
+	R("buffer.wraps", r_buffer_wraps),
 	R("buffer.pool-unknown", r_buffer_pool_unknown),
 	R("buffer.duplicate", r_buffer_dup),
 	R("buffer.finalized", r_buffer_finalized),
@@ -1950,11 +2009,13 @@ static const row rows[] = {
 	R("store.counts-null", r_store_counts_null),
 	R("store.pieces-null", r_store_items_null),
 	R("store.range-addr-null", r_store_range_addr),
+	R("store.range-wraps", r_store_range_wraps),
 	R("store.get-beyond", r_store_get_beyond),
 	R("store.get-absent", r_store_get_absent),
 	R("store.put-too-big", r_store_put_too_big),
 	R("store.register-null", r_store_register_null),
 	R("store.register-zero", r_store_register_zero),
+	R("store.register-wraps", r_store_register_wraps),
 	R("store.register-kind", r_store_register_kind),
 	R("store.stats-null", r_store_stats_null),
 	R("store.render-format", r_store_render_format),
@@ -1977,6 +2038,9 @@ static const row rows[] = {
 	R("linker.unfinalized", r_linker_unfinalized),
 	R("linker.struct-size-zero", r_linker_struct_size),
 	R("linker.struct-size-big", r_linker_struct_big),
+	R("linker.max-requests", r_linker_max_requests),
+	R("linker.max-request-pages", r_linker_max_request_pages),
+	R("linker.io-batch", r_linker_io_batch),
 	R("linker.cuda-pool", r_linker_cuda),
 	R("lookup.prefix-null", r_lookup_prefix_null),
 	R("lookup.too-many-pages", r_lookup_too_many),

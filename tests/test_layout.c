@@ -962,6 +962,91 @@ static void test_high_layer(void **state)
 	kvl_layout_free(l);
 }
 
+/* Layer numbers are bounded by KVL_MAX_LAYER (finalize indexes a pool's
+ * layers by number: 6e8 once asked for a 2.4 GB index), and a buffer's
+ * address range may not wrap past the end of the address space. */
+static void test_layer_limit_and_wrap(void **state)
+{
+	(void)state;
+	kvl_layout *l = new_layout("m", 16, NULL);
+	int p = add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0);
+	kvl_buffer b = hbuf(arena, 64, 64, 4);
+	ASSERT_FAILS(l, kvl_layout_add_buffer(l, p, "k", KVL_MAX_LAYER + 1u,
+	                                      &b),
+	             KVL_EINVAL, "KVL_MAX_LAYER");
+	ASSERT_FAILS(l, kvl_layout_add_buffer(l, p, "k", 600000000u, &b),
+	             KVL_EINVAL, "600000000");
+	ASSERT_FAILS(l, kvl_layout_add_buffer(l, p, "k", UINT32_MAX - 1, &b),
+	             KVL_EINVAL, "KVL_MAX_LAYER");
+	add_buf(l, p, "k", KVL_MAX_LAYER, b);
+
+	/* Ends 8 bytes below 2^64: fine. 8 bytes higher it would end at 2^64,
+	 * which no pointer holds; a stride that carries it past 2^64 wraps:
+	 * refused. */
+	uintptr_t top = UINTPTR_MAX - 4 * 64 - 7;
+	kvl_buffer e = hbuf((void *)top, 64, 64, 4);
+	add_buf(l, p, "k", 1, e);
+	e.base = (void *)(top + 8);
+	ASSERT_FAILS(l, kvl_layout_add_buffer(l, p, "k", 2, &e), KVL_EINVAL,
+	             "wraps");
+	kvl_buffer w = hbuf(arena, (size_t)1 << 61, 64, 4);
+	w.base = (void *)((uintptr_t)3 << 62);
+	ASSERT_FAILS(l, kvl_layout_add_buffer(l, p, "k", 2, &w), KVL_EINVAL,
+	             "wraps");
+	kvl_layout_free(l);
+
+	/* The highest layer finalizes (its index is bounded). */
+	l = new_layout("m", 16, NULL);
+	p = add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0);
+	add_buf(l, p, "k", KVL_MAX_LAYER, hbuf(arena, 64, 64, 4));
+	finalize(l);
+	size_t off, len;
+	assert_int_equal(kvl_layout_layer_range(l, p, KVL_MAX_LAYER, &off,
+	                                        &len),
+	                 KVL_OK);
+	kvl_layout_free(l);
+}
+
+/* Every failure of kvl_layout_key and kvl_layout_page_pieces on a layout
+ * leaves a message that says why. */
+static void test_query_messages(void **state)
+{
+	(void)state;
+	kvl_layout *l = new_layout("m", 16, NULL);
+	int p = add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0);
+	add_buf(l, p, "k", 0, hbuf(arena, 64, 64, 4));
+	kvl_hash h = {{0}};
+	char key[KVL_KEY_MAX];
+	kvl_iov iov[2];
+	size_t n;
+	ASSERT_FAILS(l, kvl_layout_key(l, p, &h, key, sizeof key), KVL_ESTATE,
+	             "not finalized");
+	ASSERT_FAILS(l, kvl_layout_page_pieces(l, p, 0, 0, iov, 2, &n),
+	             KVL_ESTATE, "not finalized");
+	finalize(l);
+	ASSERT_FAILS(l, kvl_layout_key(l, 7, &h, key, sizeof key),
+	             KVL_ENOTFOUND, "pool id 7");
+	ASSERT_FAILS(l, kvl_layout_key(l, p, NULL, key, sizeof key),
+	             KVL_EINVAL, "NULL");
+	ASSERT_FAILS(l, kvl_layout_key(l, p, &h, NULL, sizeof key),
+	             KVL_EINVAL, "NULL");
+	ASSERT_FAILS(l, kvl_layout_key(l, p, &h, key, 10), KVL_ERANGE,
+	             "buflen 10");
+	ASSERT_FAILS(l, kvl_layout_page_pieces(l, 7, 0, 0, iov, 2, &n),
+	             KVL_ENOTFOUND, "pool id 7");
+	ASSERT_FAILS(l, kvl_layout_page_pieces(l, p, 0, 0, iov, 2, NULL),
+	             KVL_EINVAL, "n_out");
+	ASSERT_FAILS(l, kvl_layout_page_pieces(l, p, 0, 0, NULL, 2, &n),
+	             KVL_EINVAL, "pieces");
+	ASSERT_FAILS(l, kvl_layout_page_pieces(l, p, 9, 0, iov, 2, &n),
+	             KVL_ERANGE, "slot 9");
+	ASSERT_FAILS(l, kvl_layout_page_pieces(l, p, 0, 5, iov, 2, &n),
+	             KVL_ENOTFOUND, "layer 5");
+	ASSERT_FAILS(l, kvl_layout_page_pieces(l, p, 0, 0, iov, 0, &n),
+	             KVL_ERANGE, "cap 0");
+	kvl_layout_free(l);
+}
+
 /* ============================================================ fingerprints */
 
 /* Asserts that the variant `v` of the base spec changes both the pool's and
@@ -1583,6 +1668,8 @@ int main(void)
 		cmocka_unit_test(test_object_size_and_ranges),
 		cmocka_unit_test(test_page_pieces),
 		cmocka_unit_test(test_high_layer),
+		cmocka_unit_test(test_layer_limit_and_wrap),
+		cmocka_unit_test(test_query_messages),
 		cmocka_unit_test(test_fingerprint_stable),
 		cmocka_unit_test(test_fingerprint_covers),
 		cmocka_unit_test(test_fingerprint_ranks_and_pools),

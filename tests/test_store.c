@@ -282,6 +282,116 @@ static void test_open_defaults(void **state)
 	kvl_store_close(s);
 }
 
+/* Renders s's stats into buf (a fixed size that always suffices here). */
+#define ASSERT_NOT_CONTAINS(hay, needle)                                   \
+	ASSERT_TRUE_MSG(!strstr(hay, needle), "\"%s\" contains \"%s\"",  \
+	                hay, needle)
+
+static void render(kvl_store *s, kvl_stats_format f, char *buf, size_t len)
+{
+	size_t need = 0;
+	ASSERT_RC(s, kvl_store_stats_render(s, f, buf, len, &need), KVL_OK);
+}
+
+/* A count the store cannot tell (UINT64_MAX) renders as NaN / null, never
+ * as 18446744073709551615; the others as numbers. */
+static void test_stats_unknown(void **state)
+{
+	(void)state;
+	char buf[4096];
+	kvl_store *s = open_ok("fault+mem:?fault.stats_unknown=1");
+	kvl_store_stats st = store_stats(s);
+	ASSERT_U64(st.objects, UINT64_MAX);
+	ASSERT_U64(st.bytes, UINT64_MAX);
+	render(s, KVL_STATS_JSON, buf, sizeof buf);
+	ASSERT_CONTAINS(buf, "\"objects\":null,\"bytes\":null,");
+	ASSERT_CONTAINS(buf, "\"capacity\":8589934592,");
+	ASSERT_NOT_CONTAINS(buf, "18446744073709551615");
+	render(s, KVL_STATS_PROMETHEUS, buf, sizeof buf);
+	ASSERT_CONTAINS(buf, "\nkvlink_store_objects NaN\n");
+	ASSERT_CONTAINS(buf, "\nkvlink_store_bytes NaN\n");
+	ASSERT_CONTAINS(buf, "\nkvlink_store_capacity 8589934592\n");
+	ASSERT_NOT_CONTAINS(buf, "18446744073709551615");
+	kvl_store_close(s);
+}
+
+/* pinned=1 and prealloc=1 ask for pinned memory; without a usable CUDA
+ * device there is none to have: the store opens in ordinary memory and says
+ * so, in its message and in both stats renders (through a fault store
+ * too); with a device, or when nothing was asked, there is no note. */
+static void test_pinned_note(void **state)
+{
+	(void)state;
+	static const char *const uris[] = {
+		"mem:?pinned=1", "mem:?prealloc=1&capacity=1MiB",
+		"mem:?pinned=0&prealloc=1&capacity=1MiB",
+		"fault+mem:?pinned=1"};
+	static const char *const says[] = {"pinned=1", "prealloc=1",
+	                                   "pinned=0", "pinned=1"};
+	int dev = kvl_has_feature("cuda-device");
+	char buf[4096];
+	for (size_t i = 0; i < sizeof uris / sizeof uris[0]; i++) {
+		kvl_store *s = open_ok(uris[i]);
+		const char *msg = kvl_store_errmsg(s);
+		int noted = !dev || strstr(uris[i], "pinned=0");
+		if (!noted) {
+			assert_string_equal(msg, "");
+			kvl_store_close(s);
+			continue;
+		}
+		ASSERT_CONTAINS(msg, says[i]);
+		ASSERT_CONTAINS(msg, "no effect");
+		render(s, KVL_STATS_JSON, buf, sizeof buf);
+		ASSERT_CONTAINS(buf, "\"note\":\"mem: ");
+		ASSERT_CONTAINS(buf, says[i]);
+		render(s, KVL_STATS_PROMETHEUS, buf, sizeof buf);
+		ASSERT_CONTAINS(buf, "# kvlink_store note: mem: ");
+		/* A failure replaces the message; the renders keep the note. */
+		ASSERT_CODE(kvl_store_stats_get(s, NULL), KVL_EINVAL);
+		ASSERT_NOT_CONTAINS(kvl_store_errmsg(s), "no effect");
+		render(s, KVL_STATS_JSON, buf, sizeof buf);
+		ASSERT_CONTAINS(buf, says[i]);
+		kvl_store_close(s);
+	}
+	/* Nothing asked for: no note. */
+	kvl_store *s = open_ok("mem:?pinned=0");
+	assert_string_equal(kvl_store_errmsg(s), "");
+	render(s, KVL_STATS_JSON, buf, sizeof buf);
+	ASSERT_NOT_CONTAINS(buf, "note");
+	kvl_store_close(s);
+}
+
+/* A range or piece whose address + length does not end below 2^64 fails
+ * its key with KVL_EINVAL (before: accepted, and copied through the wrap);
+ * the other keys of the call are served. */
+static void test_wrapping_ranges(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:");
+	const char *keys[2] = {"wrap", "fine"};
+	char v[16] = "0123456789abcdef", b[16];
+	kvl_iov pc[2] = {{(void *)(UINTPTR_MAX - 7), 16}, {v, 16}};
+	size_t one[2] = {1, 1};
+	int res[2] = {-100, -100};
+	ASSERT_RC(s, kvl_store_put(s, keys, 2, pc, one, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_EINVAL);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "wraps");
+	ASSERT_CODE(res[1], KVL_PUT_STORED);
+	kvl_range r[2] = {{0, (void *)(UINTPTR_MAX - 3), 8}, {0, b, 16}};
+	const char *gk[2] = {"fine", "fine"};
+	ASSERT_RC(s, kvl_store_get(s, gk, 2, r, one, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_EINVAL);
+	ASSERT_CODE(res[1], KVL_OK);
+	assert_memory_equal(b, v, 16);
+	ASSERT_CODE(kvl_store_register(s, (void *)(UINTPTR_MAX - 7), 8,
+	                               KVL_MEM_HOST),
+	            KVL_EINVAL);
+	ASSERT_CODE(kvl_store_register(s, (void *)(UINTPTR_MAX - 8), 8,
+	                               KVL_MEM_HOST),
+	            KVL_OK);
+	kvl_store_close(s);
+}
+
 static void test_open_malformed(void **state)
 {
 	static const struct {
@@ -1293,6 +1403,9 @@ int main(void)
 		cmocka_unit_test(test_uri_parse),
 		cmocka_unit_test(test_open_defaults),
 		cmocka_unit_test(test_open_malformed),
+		cmocka_unit_test(test_stats_unknown),
+		cmocka_unit_test(test_wrapping_ranges),
+		cmocka_unit_test(test_pinned_note),
 		cmocka_unit_test(test_null_store),
 	};
 	int failed = cmocka_run_group_tests_name("store", common, NULL, NULL);

@@ -425,9 +425,13 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 	       (unsigned long long)t->failed_loads,
 	       (unsigned long long)t->failed_offloads,
 	       (unsigned long long)t->lost_pages);
-	printf("  store          %llu objects, %llu evictions\n",
-	       (unsigned long long)ss->objects,
-	       (unsigned long long)ss->evictions);
+	if (ss->objects == UINT64_MAX) /* a store that cannot tell */
+		printf("  store          unknown objects, %llu evictions\n",
+		       (unsigned long long)ss->evictions);
+	else
+		printf("  store          %llu objects, %llu evictions\n",
+		       (unsigned long long)ss->objects,
+		       (unsigned long long)ss->evictions);
 	printf("  verified       %s\n",
 	       t->bad_pages ? "NO: pages reported valid hold wrong bytes"
 	                    : "every byte of every page reported valid");

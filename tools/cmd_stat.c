@@ -3,6 +3,7 @@
  * Prometheus exposition. (A running engine's linker counters come from
  * kvl_linker_stats; `kvlink bench --stats FORMAT` shows them for a bench.)
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,24 +79,34 @@ int kvl_cmd_stat(int argc, char **argv)
 	if (text) {
 		kvl_store_stats s;
 		rc = kvl_store_stats_get(st, &s);
-		if (rc == 0)
-			printf("store %s\n  objects   %llu\n  bytes     %llu\n"
-			       "  capacity  %llu\n  hits      %llu\n"
-			       "  misses    %llu\n  puts      %llu\n"
-			       "  evictions %llu\n  errors    %llu\n"
-			       "  breaker   %s, opened %llu times, refused "
+		if (rc == 0) {
+			const struct {
+				const char *name;
+				uint64_t v;
+			} rows[] = {{"objects", s.objects},
+			            {"bytes", s.bytes},
+			            {"capacity", s.capacity},
+			            {"hits", s.hits},
+			            {"misses", s.misses},
+			            {"puts", s.puts},
+			            {"evictions", s.evictions},
+			            {"errors", s.errors}};
+			printf("store %s\n", uri);
+			for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+				if (rows[i].v == UINT64_MAX) /* cannot tell */
+					printf("  %-9s unknown\n", rows[i].name);
+				else
+					printf("  %-9s %llu\n", rows[i].name,
+					       (unsigned long long)rows[i].v);
+			printf("  breaker   %s, opened %llu times, refused "
 			       "%llu calls\n",
-			       uri, (unsigned long long)s.objects,
-			       (unsigned long long)s.bytes,
-			       (unsigned long long)s.capacity,
-			       (unsigned long long)s.hits,
-			       (unsigned long long)s.misses,
-			       (unsigned long long)s.puts,
-			       (unsigned long long)s.evictions,
-			       (unsigned long long)s.errors,
 			       s.breaker_open ? "open" : "closed",
 			       (unsigned long long)s.breaker_opens,
 			       (unsigned long long)s.breaker_refused);
+			/* No call failed: the message is the open's note. */
+			if (kvl_store_errmsg(st)[0])
+				printf("  note      %s\n", kvl_store_errmsg(st));
+		}
 	} else {
 		rc = kvl_cli_print_stats(NULL, st, fmt);
 	}

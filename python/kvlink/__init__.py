@@ -21,7 +21,8 @@ directory of the source checkout this package is in.
 from __future__ import annotations
 
 from . import _lib
-from .errors import (AlreadyExists, Canceled, Closed, Corrupt, Full,
+from .errors import (AlreadyExists, ArgumentOutOfRange, Canceled, Closed,
+                     Corrupt, Full,
                      InvalidArgument, KvlinkError, NotFound, NotSupported,
                      OutOfMemory, OutOfRange, ParseError, PermissionDenied,
                      StateError,
@@ -77,6 +78,7 @@ __all__ = [
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
     "Closed", "NotSupported", "ParseError", "PermissionDenied", "StateError",
+    "ArgumentOutOfRange",
     "error_class",
     "ERRORS", "ERROR_TABLE", "HASH_BYTES",
 ]

@@ -31,6 +31,7 @@ class ArrayInfo(NamedTuple):
     mem: int                  #: KVL_MEM_HOST or KVL_MEM_CUDA
     device: int               #: CUDA device ordinal (0 for host memory)
     keep: Any                 #: the object that owns the memory
+    readonly: bool = False    #: the memory must not be written
 
 
 def _bad(msg: str) -> InvalidArgument:
@@ -75,7 +76,7 @@ def array_info(obj: Any, what: str = "array") -> ArrayInfo:
                        f"supported (host or CUDA only)")
         return ArrayInfo(obj.data_ptr(), tuple(obj.shape),
                          tuple(s * itemsize for s in obj.stride()),
-                         itemsize, mem, index, obj)
+                         itemsize, mem, index, obj, False)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         itemsize = _itemsize(cai["typestr"])
@@ -86,20 +87,25 @@ def array_info(obj: Any, what: str = "array") -> ArrayInfo:
         if dev is not None and hasattr(dev, "id"):
             device = int(dev.id)
         return ArrayInfo(int(cai["data"][0]), shape, tuple(strides), itemsize,
-                         _lib.KVL_MEM_CUDA, device, obj)
+                         _lib.KVL_MEM_CUDA, device, obj,
+                         bool(cai["data"][1]))
     ai = getattr(obj, "__array_interface__", None)
     if ai is not None:
         itemsize = _itemsize(ai["typestr"])
         shape = tuple(ai["shape"])
         strides = ai.get("strides") or _c_strides(shape, itemsize)
         return ArrayInfo(int(ai["data"][0]), shape, tuple(strides), itemsize,
-                         _lib.KVL_MEM_HOST, 0, obj)
+                         _lib.KVL_MEM_HOST, 0, obj, bool(ai["data"][1]))
     try:
         mv = memoryview(obj)
     except TypeError:
         raise TypeError(f"{what}: expected a numpy array, a torch tensor or "
                         f"a buffer, got {type(obj).__name__}") from None
-    addr, n, keep = buffer_ptr(mv, writable=not mv.readonly, what=what)
+    if mv.readonly:  # callers that write refuse it by the flag
+        addr, n, keep = buffer_ptr(mv, writable=False, what=what)
+        return ArrayInfo(addr, (n,), (1,), 1, _lib.KVL_MEM_HOST, 0, keep,
+                         True)
+    addr, n, keep = buffer_ptr(mv, writable=True, what=what)
     return ArrayInfo(addr, (n,), (1,), 1, _lib.KVL_MEM_HOST, 0, keep)
 
 

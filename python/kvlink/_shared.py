@@ -1,6 +1,8 @@
 """Lifetimes of the C objects: each closes on exit from a ``with`` block and
 when collected; Layout, Store and RankGroup, which open linkers use, refuse
-to close while one is open."""
+to close while one is open. Closing waits for the calls other threads have
+in flight on the object (see _args.CallGuard): the C object is never freed
+under a call."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import weakref
 from typing import Any
 
 from . import _lib
+from ._args import CallGuard
 from .errors import StateError
 
 
@@ -41,6 +44,7 @@ class SharedHandle(Closable):
     def __init__(self, null: Any):
         self._h = null
         self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._guard = CallGuard(self._what)
 
     def _free(self) -> None:
         raise NotImplementedError
@@ -50,13 +54,23 @@ class SharedHandle(Closable):
         return not self._h
 
     def close(self) -> None:
-        """Frees the object. Fails with StateError while an open linker
-        uses it. Closing twice is harmless."""
-        if not self._h:
+        """Frees the object once the calls other threads have in flight on
+        it returned (calls that start meanwhile raise StateError). Fails
+        with StateError while an open linker uses it, or when called from
+        inside a call on the object. Closing twice is harmless."""
+        guard = getattr(self, "_guard", None)
+        if guard is None:  # __init__ failed before there was a handle
             return
-        busy = sum(1 for u in self._users if not u.closed)
-        if busy:
-            raise StateError(_lib.KVL_ESTATE,
-                             f"{self._what} is used by {busy} open "
-                             f"linker(s); close them first")
-        self._free()
+
+        def check():
+            busy = sum(1 for u in self._users if not u.closed)
+            if busy:
+                raise StateError(_lib.KVL_ESTATE,
+                                 f"{self._what} is used by {busy} open "
+                                 f"linker(s); close them first")
+
+        def free():
+            if self._h:
+                self._free()
+
+        guard.close(free, check)

@@ -106,6 +106,12 @@ class PermissionDenied(KvlinkError, PermissionError):
     ACL whose key patterns do not cover it)."""
 
 
+class ArgumentOutOfRange(InvalidArgument, OverflowError):
+    """An integer argument outside what its C parameter holds (or the
+    range the call documents): raised by the binding before any C call,
+    with code KVL_EINVAL. Both a ValueError and an OverflowError."""
+
+
 # The class of each code the binding names; codes come from the library's
 # table (_lib.ERRNO), so a code the library adds later raises KvlinkError.
 _BY_NAME: Dict[str, Type[KvlinkError]] = {
@@ -165,5 +171,6 @@ def check(rc: int, errmsg: Optional[Callable[[], str]] = None,
 __all__ = [
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
-    "Closed", "NotSupported", "ParseError", "StateError", "error_class",
+    "Closed", "NotSupported", "ParseError", "StateError",
+    "ArgumentOutOfRange", "error_class",
 ]

@@ -141,12 +141,12 @@ def hash_pages(tokens: Union[Sequence[int], Any], page_size: int,
         One 32-byte hash per whole page, in order.
 
     Raises:
-        InvalidArgument: page_size ≤ 0, negative or non-integer tokens.
+        InvalidArgument: page_size ≤ 0 (ArgumentOutOfRange), negative or
+            non-integer tokens.
+        TypeError: a page_size that is not an integer.
     """
-    if not isinstance(page_size, int) or page_size <= 0:
-        raise InvalidArgument(_lib.KVL_EINVAL,
-                              f"page_size must be a positive int, got "
-                              f"{page_size!r}")
+    from ._args import c_int
+    page_size = c_int(page_size, "size_t", "hash_pages: page_size", lo=1)
     ptr, n_tokens, keep = _tokens_u64(tokens)
     n_pages = n_tokens // page_size
     out = (kvl_hash * max(n_pages, 1))()

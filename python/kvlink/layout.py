@@ -21,6 +21,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, \
     Union
 
 from . import _lib
+from ._args import c_int, c_text, guarded
 from ._buffers import ArrayInfo, array_info
 from ._lib import kvl_buffer, kvl_hash, kvl_shard, lib
 from ._shared import SharedHandle
@@ -56,8 +57,9 @@ class Shard:
     pp_size: int = 1
 
     def _c(self) -> kvl_shard:
-        return kvl_shard(self.tp_rank, self.tp_size, self.cp_rank,
-                         self.cp_size, self.pp_rank, self.pp_size)
+        return kvl_shard(*[c_int(getattr(self, f), "uint32_t", f"shard.{f}")
+                           for f in ("tp_rank", "tp_size", "cp_rank",
+                                     "cp_size", "pp_rank", "pp_size")])
 
 
 class PoolInfo(NamedTuple):
@@ -120,9 +122,14 @@ class Layout(SharedHandle):
         self._pool_names: List[str] = []
         self._finalized = False
         err = ctypes.create_string_buffer(256)
+        tag = c_text(model_tag, "Layout: model_tag")
+        page_size = c_int(page_size, "uint32_t", "Layout: page_size")
+        if shard is not None and not isinstance(shard, Shard):
+            raise TypeError(f"Layout: shard must be a kvlink.Shard, got "
+                            f"{type(shard).__name__}")
         sh = shard._c() if shard is not None else None
         rc = lib.kvl_layout_create(
-            model_tag.encode(), int(page_size),
+            tag, page_size,
             ctypes.byref(sh) if sh is not None else None,
             ctypes.byref(self._h), err, len(err))
         check(rc, lambda: err.value.decode(errors="replace"))
@@ -142,6 +149,7 @@ class Layout(SharedHandle):
     def _check(self, rc: int, context: Optional[str] = None) -> int:
         return check(rc, self._errmsg, context)
 
+    @guarded
     def pool_ref(self, pool: PoolRef) -> int:
         """The id of ``pool`` (an id or a name)."""
         if isinstance(pool, str):
@@ -154,13 +162,14 @@ class Layout(SharedHandle):
                                                    ctypes.byref(out)))
                 return out.value
             raise _lib_notfound(f"no pool named {pool!r}")
-        if isinstance(pool, bool) or not isinstance(pool, int):
+        if isinstance(pool, bool) or not hasattr(pool, "__index__"):
             raise TypeError(f"pool: expected an id or a name, got "
                             f"{type(pool).__name__}")
-        return pool
+        return c_int(pool, "int", "pool")
 
     # ---------------------------------------------------------- building
 
+    @guarded
     def add_pool(self, name: str,
                  policy: Union[HitPolicy, str] = HitPolicy.ALL_PAGES,
                  window: int = 0, *, replicated_tp: bool = False) -> int:
@@ -184,13 +193,16 @@ class Layout(SharedHandle):
                            f"{policy!r} (all, trailing)") from None
         out = ctypes.c_int(-1)
         flags = _lib.KVL_POOL_REPLICATED_TP if replicated_tp else 0
-        self._check(lib.kvl_layout_add_pool(self._handle, name.encode(),
-                                            int(policy), int(window), flags,
-                                            ctypes.byref(out)))
+        self._check(lib.kvl_layout_add_pool(
+            self._handle, c_text(name, "add_pool: name"),
+            c_int(policy, "int", "add_pool: policy"),
+            c_int(window, "uint32_t", "add_pool: window"), flags,
+            ctypes.byref(out)))
         self._pool_ids[name] = out.value
         self._pool_names.append(name)
         return out.value
 
+    @guarded
     def add_buffer(self, pool: PoolRef, component: str, layer: int,
                    base: int, page_stride: int, page_bytes: int,
                    num_pages: int, mem: Union[MemKind, int] = MemKind.HOST,
@@ -199,13 +211,19 @@ class Layout(SharedHandle):
         slot ``s`` lives at ``base + s * page_stride`` and is ``page_bytes``
         long. ``keep``: an object to keep alive with the layout (the owner of
         the memory). ``base`` and ``page_stride`` must be multiples of 8."""
-        buf = kvl_buffer(base=int(base), page_stride=int(page_stride),
-                         page_bytes=int(page_bytes),
-                         num_pages=int(num_pages), mem=int(mem),
-                         device=int(device))
+        buf = kvl_buffer(
+            base=c_int(base, "uintptr_t", "add_buffer: base"),
+            page_stride=c_int(page_stride, "size_t",
+                              "add_buffer: page_stride"),
+            page_bytes=c_int(page_bytes, "size_t", "add_buffer: page_bytes"),
+            num_pages=c_int(num_pages, "size_t", "add_buffer: num_pages"),
+            mem=c_int(mem, "int", "add_buffer: mem"),
+            device=c_int(device, "int", "add_buffer: device"))
         self._check(lib.kvl_layout_add_buffer(
-            self._handle, self.pool_ref(pool), component.encode(),
-            int(layer), ctypes.byref(buf)))
+            self._handle, self.pool_ref(pool),
+            c_text(component, "add_buffer: component"),
+            c_int(layer, "uint32_t", "add_buffer: layer"),
+            ctypes.byref(buf)))
         if keep is not None:
             self._keep.append(keep)
 
@@ -222,11 +240,12 @@ class Layout(SharedHandle):
         the tensor) and objects with ``__cuda_array_interface__`` work. The
         array is kept alive by the layout."""
         info = array_info(array, f"add_array {component} layer {layer}")
+        _writable(info, "add_array: array")
         if not info.shape:
             raise _bad("add_array: a 0-d array has no page dimension")
         self._add_info(pool, component, layer, info, info.ptr, 0, 1,
                        tokens)
-        self._keep.append(array)
+        self._keep.extend((array, info.keep))
 
     def _add_info(self, pool, component, layer, info: ArrayInfo, base: int,
                   p_axis: int, trailing: int, tokens: bool) -> None:
@@ -279,6 +298,9 @@ class Layout(SharedHandle):
             raise _bad(f"add_kv_cache: dims {dims!r} must order the letters "
                        f"L, P and optionally C")
         info = array_info(array, "add_kv_cache")
+        _writable(info, "add_kv_cache: array")
+        first_layer = c_int(first_layer, "uint32_t", "add_kv_cache: "
+                            "first_layer")
         if len(info.shape) < len(dims):
             raise _bad(f"add_kv_cache: shape {info.shape} has fewer than "
                        f"{len(dims)} dimensions ({dims})")
@@ -305,6 +327,7 @@ class Layout(SharedHandle):
         self._keep.append(array)
         return pid
 
+    @guarded
     def finalize(self) -> "Layout":
         """Checks the description (no overlaps, every layer of a pool has the
         same components) and freezes it. Returns the layout."""
@@ -319,17 +342,20 @@ class Layout(SharedHandle):
         return self._finalized
 
     @property
+    @guarded
     def page_size(self) -> int:
         """Tokens per page."""
         return int(lib.kvl_layout_page_size(self._handle))
 
     @property
+    @guarded
     def shard(self) -> Shard:
         s = lib.kvl_layout_shard(self._handle)
         return Shard(s.tp_rank, s.tp_size, s.cp_rank, s.cp_size, s.pp_rank,
                      s.pp_size)
 
     @property
+    @guarded
     def pool_count(self) -> int:
         if not self._finalized:
             return len(self._pool_names)
@@ -342,6 +368,7 @@ class Layout(SharedHandle):
         """The id of the pool called ``name`` (NotFound if none)."""
         return self.pool_ref(name)
 
+    @guarded
     def pool_info(self, pool: PoolRef) -> PoolInfo:
         """Everything about one pool of a finalized layout."""
         pid = self.pool_ref(pool)
@@ -364,6 +391,7 @@ class Layout(SharedHandle):
         """Every pool of a finalized layout, by id."""
         return [self.pool_info(i) for i in range(self.pool_count)]
 
+    @guarded
     def pool_layers(self, pool: PoolRef) -> Tuple[int, ...]:
         """The model layers ``pool`` has, ascending."""
         pid = self.pool_ref(pool)
@@ -377,6 +405,7 @@ class Layout(SharedHandle):
                                                n.value, ctypes.byref(n)))
         return tuple(arr[:n.value])
 
+    @guarded
     def pool_pages(self, pool: PoolRef) -> int:
         """Number of page slots of ``pool``'s buffers."""
         out = ctypes.c_size_t()
@@ -385,6 +414,7 @@ class Layout(SharedHandle):
                                               ctypes.byref(out)))
         return out.value
 
+    @guarded
     def object_size(self, pool: PoolRef) -> Tuple[int, int]:
         """(object size, header size) of one page of ``pool`` in the
         store."""
@@ -394,31 +424,37 @@ class Layout(SharedHandle):
             ctypes.byref(header)))
         return size.value, header.value
 
+    @guarded
     def layer_range(self, pool: PoolRef, layer: int) -> Tuple[int, int]:
         """(offset, length) of model layer ``layer`` inside an object."""
         off, ln = ctypes.c_size_t(), ctypes.c_size_t()
         self._check(lib.kvl_layout_layer_range(
-            self._handle, self.pool_ref(pool), int(layer), ctypes.byref(off),
+            self._handle, self.pool_ref(pool),
+            c_int(layer, "uint32_t", "layer_range: layer"), ctypes.byref(off),
             ctypes.byref(ln)))
         return off.value, ln.value
 
+    @guarded
     def page_pieces(self, pool: PoolRef, slot: int,
                     layer: Optional[int] = None) -> List[Tuple[int, int]]:
         """The (address, length) pieces of page slot ``slot`` for one layer
         (None: every layer), in object payload order."""
         pid = self.pool_ref(pool)
-        ly = _lib.KVL_ALL_LAYERS if layer is None else int(layer)
+        ly = _lib.KVL_ALL_LAYERS if layer is None else \
+            c_int(layer, "uint32_t", "page_pieces: layer")
+        slot = c_int(slot, "size_t", "page_pieces: slot")
         n = ctypes.c_size_t(0)
-        rc = lib.kvl_layout_page_pieces(self._handle, pid, int(slot), ly,
+        rc = lib.kvl_layout_page_pieces(self._handle, pid, slot, ly,
                                         None, 0, ctypes.byref(n))
         if rc != _lib.KVL_ERANGE or n.value == 0:
             self._check(rc)
         arr = (_lib.kvl_iov * max(n.value, 1))()
-        self._check(lib.kvl_layout_page_pieces(self._handle, pid, int(slot),
+        self._check(lib.kvl_layout_page_pieces(self._handle, pid, slot,
                                                ly, arr, n.value,
                                                ctypes.byref(n)))
         return [(arr[i].addr or 0, arr[i].len) for i in range(n.value)]
 
+    @guarded
     def fingerprint(self, pool: Optional[PoolRef] = None) -> str:
         """32 hex characters: the fingerprint of ``pool``, or of the whole
         layout when None."""
@@ -428,6 +464,7 @@ class Layout(SharedHandle):
                                                len(buf)))
         return buf.value.decode()
 
+    @guarded
     def key(self, pool: PoolRef, page: HashLike) -> str:
         """The store key of ``page`` in ``pool`` for this layout's shard:
         where a linker stores that page. A tenant's pages are the hashes of
@@ -452,6 +489,13 @@ class Layout(SharedHandle):
                  "finalized" if self._finalized else "building")
         return (f"<kvlink.Layout {self.model_tag!r} pools="
                 f"{self._pool_names} {state}>")
+
+
+def _writable(info: ArrayInfo, what: str) -> None:
+    """Refuses read-only memory for a layout: loads write into it."""
+    if info.readonly:
+        raise _bad(f"{what} is read-only (loads write into a layout's "
+                   f"buffers): pass a writable array")
 
 
 def _lib_notfound(msg: str):

@@ -38,6 +38,7 @@ from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional,
                     Sequence, Union)
 
 from . import _lib
+from ._args import CallGuard, c_int, guarded
 from ._buffers import event_handle, stream_handle
 from ._lib import kvl_completion, kvl_linker_opts, lib
 from ._shared import Closable, SharedHandle
@@ -123,7 +124,8 @@ class RankGroup(SharedHandle):
 
     def __init__(self, n_ranks: int, timeout: float = 10.0):
         super().__init__(_lib.RankGroupP())
-        check(lib.kvl_rank_group_create(int(n_ranks),
+        check(lib.kvl_rank_group_create(c_int(n_ranks, "unsigned",
+                                              "RankGroup: n_ranks", lo=1),
                                         _timeout_ms(timeout),
                                         ctypes.byref(self._h)),
               context="rank group")
@@ -164,6 +166,7 @@ class Linker(Closable):
                  max_requests: int = 0, max_request_pages: int = 0,
                  io_batch: int = 0, allreduce: Optional[AllReduce] = None):
         self._h = _lib.LinkerP()
+        self._guard = CallGuard("linker")
         for what, obj, cls in (("layout", layout, Layout),
                                ("store", store, Store)):
             if not isinstance(obj, cls):
@@ -179,9 +182,11 @@ class Linker(Closable):
         self._cb_local = threading.local()
         opts = kvl_linker_opts()
         opts.struct_size = ctypes.sizeof(kvl_linker_opts)
-        opts.max_requests = int(max_requests)
-        opts.max_request_pages = int(max_request_pages)
-        opts.io_batch = int(io_batch)
+        opts.max_requests = c_int(max_requests, "uint32_t",
+                                  "Linker: max_requests")
+        opts.max_request_pages = c_int(max_request_pages, "uint32_t",
+                                       "Linker: max_request_pages")
+        opts.io_batch = c_int(io_batch, "uint32_t", "Linker: io_batch")
         if isinstance(allreduce, RankGroup):
             opts.allreduce = ctypes.cast(lib.kvl_rank_group_allreduce,
                                          _lib.kvl_allreduce_fn)
@@ -193,15 +198,26 @@ class Linker(Closable):
             self._cb = _lib.kvl_allreduce_fn(self._trampoline)
             opts.allreduce = self._cb
         err = ctypes.create_string_buffer(512)
-        rc = lib.kvl_linker_open(store._handle, layout._handle,
-                                 ctypes.byref(opts), ctypes.byref(self._h),
-                                 err, len(err))
-        check(rc, lambda: err.value.decode(errors="replace"), "open linker")
-        self._n_pools = layout.pool_count
-        layout._users.add(self)
-        store._users.add(self)
-        if isinstance(allreduce, RankGroup):
-            allreduce._users.add(self)
+        # The layout, store and rank group stay open while the linker
+        # opens (their close waits), and are in use by it once it is open.
+        used = [layout, store] + ([allreduce] if isinstance(
+            allreduce, RankGroup) else [])
+        entered = []
+        try:
+            for obj in used:
+                obj._guard.enter()
+                entered.append(obj)
+            rc = lib.kvl_linker_open(store._handle, layout._handle,
+                                     ctypes.byref(opts),
+                                     ctypes.byref(self._h), err, len(err))
+            check(rc, lambda: err.value.decode(errors="replace"),
+                  "open linker")
+            self._n_pools = layout.pool_count
+            for obj in used:
+                obj._users.add(self)
+        finally:
+            for obj in entered:
+                obj._guard.leave()
 
     # ---------------------------------------------------------- internals
 
@@ -270,7 +286,8 @@ class Linker(Closable):
                                       f"slots of pool {pool}: page {i}: bad "
                                       f"slot {s!r}")
             else:
-                vals.append(int(s))
+                vals.append(c_int(s, "size_t",
+                                  f"slots of pool {pool}: page {i}"))
         return (ctypes.c_size_t * n_pages)(*vals)
 
     def _slots(self, slots: Slots, n_pages: int):
@@ -317,6 +334,7 @@ class Linker(Closable):
     # ------------------------------------------------------------ lookup
 
     @property
+    @guarded
     def layers(self) -> int:
         """Model layers a batch has: 1 + the highest layer of any pool."""
         return int(lib.kvl_linker_layers(self._handle))
@@ -329,6 +347,7 @@ class Linker(Closable):
     def store(self) -> Store:
         return self._store
 
+    @guarded
     def lookup(self, pages: HashesLike, *,
                pool_pages: Optional[Any] = None) -> int:
         """The longest prefix of ``pages`` (in pages) restorable on every
@@ -388,6 +407,7 @@ class Linker(Closable):
 
     # ------------------------------------------------------------- loads
 
+    @guarded
     def load(self, id: int, pages: HashesLike, slots: Slots) -> None:
         """Queues a load of ``pages`` into ``slots`` for request ``id``; it
         runs in the next :meth:`start`'s batch and completes once (poll).
@@ -400,10 +420,12 @@ class Linker(Closable):
         """
         arr, n = self._pages(pages)
         ptrs, keep = self._slots(slots, n)
-        self._check(lib.kvl_linker_load(self._handle, int(id), arr, n, ptrs),
+        id = c_int(id, "uint64_t", "load: id")
+        self._check(lib.kvl_linker_load(self._handle, id, arr, n, ptrs),
                     f"load {id}")
         del keep
 
+    @guarded
     def cancel(self, id: int) -> bool:
         """Withdraws the queued load ``id`` if its batch has not started
         (it then completes as KVL_ECANCELED). True if withdrawn, False if
@@ -413,11 +435,13 @@ class Linker(Closable):
             NotFound: no load with this id is queued or running.
         """
         out = ctypes.c_int(0)
-        self._check(lib.kvl_linker_cancel(self._handle, int(id),
+        id = c_int(id, "uint64_t", "cancel: id")
+        self._check(lib.kvl_linker_cancel(self._handle, id,
                                           ctypes.byref(out)),
                     f"cancel {id}")
         return bool(out.value)
 
+    @guarded
     def start(self, *, event: Any = None) -> int:
         """Takes every queued load as one batch and returns its id (an
         empty batch is valid: all its layers are complete).
@@ -440,6 +464,7 @@ class Linker(Closable):
                     "start")
         return out.value
 
+    @guarded
     def wait(self, batch: int, layer: int,
              timeout: Optional[float] = None) -> None:
         """Blocks until layer ``layer`` of ``batch`` is complete (and every
@@ -452,10 +477,13 @@ class Linker(Closable):
             valid); OutOfRange: layer beyond :attr:`layers`; NotFound:
             unknown or too old batch.
         """
-        self._check(lib.kvl_linker_wait(self._handle, int(batch), int(layer),
+        batch = c_int(batch, "uint64_t", "wait: batch")
+        layer = c_int(layer, "uint32_t", "wait: layer")
+        self._check(lib.kvl_linker_wait(self._handle, batch, layer,
                                         _timeout_ms(timeout)),
                     f"wait batch {batch} layer {layer}")
 
+    @guarded
     def wait_stream(self, batch: int, layer: int, stream: Any = None,
                     timeout: Optional[float] = None) -> None:
         """Makes a CUDA stream wait on the GPU until layer ``layer`` of
@@ -473,14 +501,16 @@ class Linker(Closable):
         Raises:
             as :meth:`wait`, and StoreIOError when a CUDA call failed.
         """
-        self._check(lib.kvl_linker_wait_stream(self._handle, int(batch),
-                                               int(layer),
+        batch = c_int(batch, "uint64_t", "wait_stream: batch")
+        layer = c_int(layer, "uint32_t", "wait_stream: layer")
+        self._check(lib.kvl_linker_wait_stream(self._handle, batch, layer,
                                                stream_handle(stream),
                                                _timeout_ms(timeout)),
                     f"wait_stream batch {batch} layer {layer}")
 
     # ---------------------------------------------------------- offloads
 
+    @guarded
     def offload(self, id: int, pages: HashesLike, slots: Slots, *,
                 event: Any = None) -> None:
         """Queues a background offload of ``pages`` from ``slots`` (every
@@ -500,11 +530,13 @@ class Linker(Closable):
         """
         arr, n = self._pages(pages)
         ptrs, keep = self._slots(slots, n)
-        self._check(lib.kvl_linker_offload(self._handle, int(id), arr, n,
+        id = c_int(id, "uint64_t", "offload: id")
+        self._check(lib.kvl_linker_offload(self._handle, id, arr, n,
                                            ptrs, event_handle(event)),
                     f"offload {id}")
         del keep
 
+    @guarded
     def flush(self, timeout: Optional[float] = None) -> None:
         """Blocks until every offload queued before the call completed.
 
@@ -516,12 +548,15 @@ class Linker(Closable):
 
     # ------------------------------------------------------- completions
 
+    @guarded
     def poll(self, max_completions: int = 64,
              timeout: Optional[float] = 0) -> List[Completion]:
         """Up to ``max_completions`` completions, oldest first; with a
         timeout, waits that long for at least one. Each request is reported
         exactly once."""
-        cap = max(int(max_completions), 1)
+        # At most max_requests (<= KVL_LINKER_MAX_REQUESTS) can be there.
+        cap = min(c_int(max_completions, "size_t", "poll: max_completions",
+                        lo=1), _lib.KVL_LINKER_MAX_REQUESTS)
         out = (kvl_completion * cap)()
         n = ctypes.c_size_t(0)
         ms = 0 if timeout == 0 else _timeout_ms(timeout)
@@ -540,7 +575,7 @@ class Linker(Closable):
             them).
         """
         import time
-        want = set(int(i) for i in ids)
+        want = set(c_int(i, "uint64_t", "poll_until: id") for i in ids)
         got: Dict[int, Completion] = {}
         deadline = time.monotonic() + timeout
         while not want.issubset(got):
@@ -556,6 +591,7 @@ class Linker(Closable):
 
     # ------------------------------------------------------------- stats
 
+    @guarded
     def render_stats(self, format: Union[str, int] = "json") -> str:
         """The linker's counters, latency histograms and store stats as
         text: ``"json"`` (one object) or ``"prometheus"``."""
@@ -576,15 +612,42 @@ class Linker(Closable):
         """Stops the linker: new loads/offloads fail with Closed; queued and
         running work completes as canceled (a running offload finishes);
         waiters wake up. Completions stay pollable. Idempotent."""
-        if self._h:
+        guard = getattr(self, "_guard", None)
+        if guard is None or not self._h:
+            return
+        try:
+            guard.enter()
+        except StateError:  # closing or closed: stopped already
+            return
+        try:
             lib.kvl_linker_shutdown(self._h)
+        finally:
+            guard.leave()
 
     def close(self) -> None:
         """Shuts down and frees the linker (unpolled completions are
-        dropped). Closing twice is harmless."""
-        if self._h:
-            lib.kvl_linker_close(self._h)
-            self._h = _lib.LinkerP()
+        dropped). Calls other threads have in flight return first: the
+        shutdown wakes the ones that wait (they raise Canceled or return),
+        and the linker is freed once none is left; calls that start
+        meanwhile raise StateError. Raises StateError when called from
+        inside a call on this linker (an allreduce callback). Closing twice
+        is harmless."""
+        guard = getattr(self, "_guard", None)
+        if guard is None:  # __init__ failed before there was a handle
+            return
+
+        def check():
+            if guard._threads.get(threading.get_ident()):
+                return  # guard.close refuses it
+            if self._h:  # wake the waiters before waiting for them
+                lib.kvl_linker_shutdown(self._h)
+
+        def free():
+            if self._h:
+                lib.kvl_linker_close(self._h)
+                self._h = _lib.LinkerP()
+
+        guard.close(free, check)
 
     def __repr__(self) -> str:
         return (f"<kvlink.Linker layout={self._layout.model_tag!r} "

@@ -14,6 +14,7 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
+from ._args import c_int, c_text, guarded
 from ._buffers import buffer_ptr
 from ._lib import kvl_iov, kvl_range, lib
 from ._shared import SharedHandle
@@ -24,6 +25,8 @@ from .layout import MemKind
 Buffer = Any
 """Host memory: bytes, bytearray, memoryview, a numpy array or a CPU torch
 tensor (C-contiguous)."""
+
+_UNKNOWN = (1 << 64) - 1  # UINT64_MAX: a count the store cannot tell
 
 _FORMATS = {"prometheus": _lib.KVL_STATS_PROMETHEUS,
             "json": _lib.KVL_STATS_JSON}
@@ -37,7 +40,7 @@ def stats_format(fmt: Union[str, int]) -> int:
             raise InvalidArgument(_lib.KVL_EINVAL,
                                   f"unknown stats format {fmt!r} "
                                   f"(json, prometheus)") from None
-    return int(fmt)
+    return c_int(fmt, "int", "stats format")
 
 
 def _keys(keys: Sequence[str]):
@@ -45,7 +48,13 @@ def _keys(keys: Sequence[str]):
         raise TypeError("expected a sequence of keys, got one key")
     enc = []
     for k in keys:
-        b = k.encode() if isinstance(k, str) else bytes(k)
+        if isinstance(k, str):
+            b = k.encode()
+        elif isinstance(k, (bytes, bytearray)):
+            b = bytes(k)
+        else:
+            raise TypeError(f"key: keys are str or bytes, got "
+                            f"{type(k).__name__} {k!r}")
         if b"\0" in b:
             raise InvalidArgument(_lib.KVL_EINVAL,
                                   f"key {k!r} holds a NUL character")
@@ -113,8 +122,12 @@ class Store(SharedHandle):
         NotSupported: unknown scheme, or a backend this build lacks.
         StoreIOError: the backend is unreachable.
 
-    Thread-safe: any number of threads may use one store, except
-    :meth:`close`. Usable as a context manager.
+    Thread-safe: any number of threads may use one store; :meth:`close`
+    waits for the calls other threads have in flight. Usable as a context
+    manager.
+
+    Raises:
+        TypeError: ``uri`` is not a str.
     """
 
     _what = "store"
@@ -122,7 +135,13 @@ class Store(SharedHandle):
     def __init__(self, uri: Optional[str] = "mem:"):
         super().__init__(_lib.StoreP())
         self._registered: List[Any] = []
+        if uri is not None and not isinstance(uri, str):
+            raise TypeError(f"Store(uri): expected a str URI such as "
+                            f"\"mem:\", got {type(uri).__name__} {uri!r}")
         self.uri = uri or "mem:"
+        if "\0" in self.uri:
+            raise ParseError(_lib.KVL_EPARSE,
+                             f"store URI {self.uri!r} holds a NUL character")
         err = ctypes.create_string_buffer(512)
         rc = lib.kvl_store_open(self.uri.encode(), ctypes.byref(self._h), err,
                                 len(err))
@@ -148,6 +167,7 @@ class Store(SharedHandle):
 
     # ---------------------------------------------------------- objects
 
+    @guarded
     def exists_many(self, keys: Sequence[str]) -> List[bool]:
         """Which of ``keys`` are present (one batched query). Raises the
         first per-key error."""
@@ -166,6 +186,7 @@ class Store(SharedHandle):
         """True if an object is stored under ``key``."""
         return self.exists_many([key])[0]
 
+    @guarded
     def get_into(self, key: str, buffer: Buffer, offset: int = 0) -> int:
         """Reads ``len(buffer)`` bytes of object ``key``, from ``offset``,
         into ``buffer`` (writable host memory). Returns the bytes read:
@@ -175,9 +196,10 @@ class Store(SharedHandle):
             NotFound: no such object (nothing was written).
             OutOfRange: the range goes beyond the object.
         """
+        offset = c_int(offset, "uint64_t", "get_into: offset")
         addr, n, keep = buffer_ptr(buffer, writable=True, what="get_into")
         arr, _ = _keys([key])
-        rng = kvl_range(offset=int(offset), addr=addr, len=n)
+        rng = kvl_range(offset=offset, addr=addr, len=n)
         n_ranges = ctypes.c_size_t(1)
         res = ctypes.c_int(0)
         check(lib.kvl_store_get(self._handle, arr, 1, ctypes.byref(rng),
@@ -197,16 +219,20 @@ class Store(SharedHandle):
         Raises:
             NotFound, OutOfRange: as :meth:`get_into`.
         """
-        buf = bytearray(size)
+        buf = bytearray(c_int(size, "size_t", "get: size"))
         self.get_into(key, buf, offset)
         return bytes(buf)
 
+    @guarded
     def get_many(self, keys: Sequence[str], size: Union[int, Sequence[int]]
                  ) -> List[Optional[bytes]]:
         """Reads whole objects of known size in one call: ``size`` is one
         size for all or one per key. Absent keys give None; other per-key
         errors raise."""
-        sizes = [size] * len(keys) if isinstance(size, int) else list(size)
+        one = not isinstance(size, (list, tuple)) and \
+            not hasattr(size, "__len__")
+        sizes = [c_int(z, "size_t", "get_many: size")
+                 for z in ([size] * len(keys) if one else list(size))]
         if len(sizes) != len(keys):
             raise InvalidArgument(_lib.KVL_EINVAL,
                                   f"get_many: {len(keys)} keys, "
@@ -236,6 +262,7 @@ class Store(SharedHandle):
         del keep
         return out
 
+    @guarded
     def put_many(self, items: Sequence[Tuple[str, Union[Buffer,
                                                      Sequence[Buffer]]]]
                  ) -> List[bool]:
@@ -280,6 +307,7 @@ class Store(SharedHandle):
         absent. True if newly stored, False if it was already there."""
         return self.put_many([(key, data)])[0]
 
+    @guarded
     def remove_many(self, keys: Sequence[str]) -> List[bool]:
         """Removes keys; per key True if it was there."""
         arr, n = _keys(keys)
@@ -297,6 +325,7 @@ class Store(SharedHandle):
         """Removes ``key``; True if it was there."""
         return self.remove_many([key])[0]
 
+    @guarded
     def register(self, memory: Any, length: Optional[int] = None,
                  mem: Union[MemKind, int] = MemKind.HOST) -> None:
         """Announces memory that transfers will touch (pool buffers,
@@ -307,7 +336,8 @@ class Store(SharedHandle):
             if length is None:
                 raise InvalidArgument(_lib.KVL_EINVAL,
                                       "register: an address needs a length")
-            addr, n = memory, int(length)
+            addr = c_int(memory, "uintptr_t", "register: address")
+            n = c_int(length, "size_t", "register: length")
         else:
             from ._buffers import array_info
             info = array_info(memory, "register")
@@ -315,21 +345,34 @@ class Store(SharedHandle):
             for d in info.shape:
                 n *= d
             if length is not None:
-                n = int(length)
+                n = c_int(length, "size_t", "register: length")
             self._registered.append(memory)
-        check(lib.kvl_store_register(self._handle, addr, n, int(mem)),
+        check(lib.kvl_store_register(self._handle, addr, n,
+                                     c_int(mem, "int", "register: mem")),
               self._errmsg, "register")
 
     # ------------------------------------------------------------ stats
 
-    def stats(self) -> Dict[str, int]:
+    @guarded
+    def stats(self) -> Dict[str, Optional[int]]:
         """The store's counters: objects, bytes, capacity, hits, misses,
-        puts, evictions, errors."""
+        puts, evictions, errors. A count the store cannot tell (a remote
+        store with a node down) is None, as in :meth:`stats_json`."""
         s = _lib.kvl_store_stats()
         check(lib.kvl_store_stats_get(self._handle, ctypes.byref(s)),
               self._errmsg, "stats")
-        return {name: getattr(s, name) for name, _ in s._fields_}
+        return {name: None if getattr(s, name) == _UNKNOWN else
+                getattr(s, name) for name, _ in s._fields_}
 
+    @property
+    def note(self) -> str:
+        """What the store says about an option it accepted but cannot
+        honour here (``mem:``'s ``pinned=1`` or ``prealloc=1`` without a
+        usable CUDA device), or ``""``: the same text as the stats
+        renders' note."""
+        return self.stats_json().get("note", "")
+
+    @guarded
     def render_stats(self, format: Union[str, int] = "json") -> str:
         """The store's stats as text: ``"json"`` or ``"prometheus"``."""
         return render(lib.kvl_store_stats_render, self._handle, format,

@@ -111,3 +111,31 @@ def test_parse_size_and_policies():
             assert s.put("k", b"v")
     with pytest.raises(kvl.ParseError):
         kvl.Store("mem:?policy=nosuchpolicy")
+
+
+def test_unknown_counts_are_none():
+    # fault.stats_unknown=1: a store that cannot count, as a Redis
+    # deployment with a node down.
+    with kvl.Store("fault+mem:?fault.stats_unknown=1") as s:
+        st = s.stats()
+        assert st["objects"] is None and st["bytes"] is None
+        assert st["capacity"] == 8 << 30
+        j = s.stats_json()
+        assert j["objects"] is None and j["bytes"] is None
+        prom = s.render_stats("prometheus")
+        assert "\nkvlink_store_objects NaN\n" in prom
+        assert "18446744073709551615" not in prom + s.render_stats("json")
+
+
+def test_pinning_without_a_device_is_noted():
+    with kvl.Store("mem:?pinned=0&prealloc=1&capacity=1MiB") as s:
+        assert "prealloc=1 has no effect" in s.note
+        assert "prealloc=1" in s.stats_json()["note"]
+    with kvl.Store("mem:?pinned=1") as s:
+        if kvl.has_feature("cuda-device"):
+            assert s.note == ""
+        else:
+            assert "pinned=1 has no effect" in s.note
+    with kvl.Store("mem:") as s:
+        assert s.note == ""
+        assert "note" not in s.stats_json()

@@ -174,12 +174,18 @@ int kvl_layout_add_buffer(kvl_layout *l, int pool, const char *component,
 		                 p->name, KVL_NAME_MAX);
 	const char *where = component;
 	/* KVL_ALL_LAYERS names every layer in queries, so it cannot be one;
-	 * finalize also sizes its layer index by the largest layer + 1. */
+	 * finalize sizes its layer index by the largest layer + 1, so layer
+	 * numbers are bounded (KVL_MAX_LAYER: a 4 MiB index at most). */
 	if (layer == KVL_ALL_LAYERS)
 		return kvl__fail(&l->err, KVL_EINVAL,
 		                 "add_buffer %s/%s: layer %u is KVL_ALL_LAYERS, "
 		                 "not a layer",
 		                 p->name, where, layer);
+	if (layer > KVL_MAX_LAYER)
+		return kvl__fail(&l->err, KVL_EINVAL,
+		                 "add_buffer %s/%s: layer %u is above "
+		                 "KVL_MAX_LAYER (%u)",
+		                 p->name, where, layer, (unsigned)KVL_MAX_LAYER);
 	if (!buf)
 		return kvl__fail(&l->err, KVL_EINVAL,
 		                 "add_buffer %s/%s layer %u: buf is NULL", p->name,
@@ -218,6 +224,15 @@ int kvl_layout_add_buffer(kvl_layout *l, int pool, const char *component,
 		                 "add_buffer %s/%s layer %u: buffer size "
 		                 "overflows",
 		                 p->name, where, layer);
+	/* From base to the end of the last slot; page_bytes <= page_stride
+	 * keeps this within num_pages * page_stride, checked above. The end
+	 * address must be representable (overlap checks compute it). */
+	size_t span = (buf->num_pages - 1) * buf->page_stride + buf->page_bytes;
+	if (span > UINTPTR_MAX - (uintptr_t)buf->base)
+		return kvl__fail(&l->err, KVL_EINVAL,
+		                 "add_buffer %s/%s layer %u: base %p + %zu bytes "
+		                 "wraps past the end of the address space",
+		                 p->name, where, layer, buf->base, span);
 	if (p->n_bufs > 0 && p->bufs[0].b.num_pages != buf->num_pages)
 		return kvl__fail(&l->err, KVL_EINVAL,
 		                 "add_buffer %s/%s layer %u: num_pages %zu differs "

@@ -44,26 +44,50 @@ int kvl__cursor_finish(kvl__cursor *c, size_t *needed)
 	  "calls failed at once by the open circuit breaker")    \
 	X(breaker_open, "gauge", "1 while the circuit breaker is open")
 
-void kvl__render_store_prom(kvl__cursor *c, const kvl_store_stats *s)
+/* A count the store cannot tell (UINT64_MAX, kvlink.h) is written as
+ * Prometheus' NaN and JSON's null, never as 18446744073709551615. */
+static void put_count(kvl__cursor *c, uint64_t v, const char *unknown)
+{
+	if (v == UINT64_MAX)
+		kvl__put(c, "%s", unknown);
+	else
+		kvl__put(c, "%llu", (unsigned long long)v);
+}
+
+void kvl__render_store_prom(kvl__cursor *c, const kvl_store_stats *s,
+                            const char *note)
 {
 #define STORE_PROM_(name, type, help)                                   \
 	kvl__put(c, "# HELP kvlink_store_" #name " %s\n# TYPE "          \
-	            "kvlink_store_" #name " %s\nkvlink_store_" #name     \
-	            " %llu\n",                                           \
-	         help, type, (unsigned long long)s->name);
+	            "kvlink_store_" #name " %s\nkvlink_store_" #name " ", \
+	         help, type);                                            \
+	put_count(c, s->name, "NaN");                                    \
+	kvl__put(c, "\n");
 	STORE_FIELDS(STORE_PROM_)
 #undef STORE_PROM_
+	if (note && note[0]) /* a comment: scrapers skip it */
+		kvl__put(c, "# kvlink_store note: %s\n", note);
 }
 
-void kvl__render_store_json(kvl__cursor *c, const kvl_store_stats *s)
+void kvl__render_store_json(kvl__cursor *c, const kvl_store_stats *s,
+                            const char *note)
 {
 	const char *sep = "";
 #define STORE_JSON_(name, type, help)                              \
-	kvl__put(c, "%s\"" #name "\":%llu", sep,                   \
-	         (unsigned long long)s->name);                     \
+	kvl__put(c, "%s\"" #name "\":", sep);                      \
+	put_count(c, s->name, "null");                             \
 	sep = ",";
 	STORE_FIELDS(STORE_JSON_)
 #undef STORE_JSON_
+	if (note && note[0]) {
+		kvl__put(c, ",\"note\":\"");
+		for (const char *p = note; *p; p++) /* kvlink's own text */
+			if (*p == '"' || *p == '\\')
+				kvl__put(c, "\\%c", *p);
+			else if ((unsigned char)*p >= 0x20)
+				kvl__put(c, "%c", *p);
+		kvl__put(c, "\"");
+	}
 }
 
 int kvl__render_check(kvl__err *e, const char *fn, kvl_stats_format format,

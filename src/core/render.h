@@ -24,9 +24,13 @@ void kvl__put(kvl__cursor *c, const char *fmt, ...)
  * NUL-terminated prefix). */
 int kvl__cursor_finish(kvl__cursor *c, size_t *needed);
 
-/* A store's counters: Prometheus lines, or JSON members without braces. */
-void kvl__render_store_prom(kvl__cursor *c, const kvl_store_stats *s);
-void kvl__render_store_json(kvl__cursor *c, const kvl_store_stats *s);
+/* A store's counters: Prometheus lines, or JSON members without braces;
+ * a non-empty `note` (an option the store could not honour) follows as a
+ * comment line, or as the member "note". */
+void kvl__render_store_prom(kvl__cursor *c, const kvl_store_stats *s,
+                            const char *note);
+void kvl__render_store_json(kvl__cursor *c, const kvl_store_stats *s,
+                            const char *note);
 
 /* Checks a render call's arguments: 0, or KVL_EINVAL with the reason in
  * e. */

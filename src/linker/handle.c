@@ -90,6 +90,20 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 			                     opts->struct_size, sizeof o);
 		memcpy(&o, opts, opts->struct_size);
 	}
+	static const struct {
+		const char *name;
+		uint32_t max;
+	} limits[] = {{"max_requests", KVL_LINKER_MAX_REQUESTS},
+	              {"max_request_pages", KVL_LINKER_MAX_REQUEST_PAGES},
+	              {"io_batch", KVL_LINKER_MAX_IO_BATCH}};
+	const uint32_t given[] = {o.max_requests, o.max_request_pages,
+	                          o.io_batch};
+	for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
+		if (given[i] > limits[i].max)
+			return kvl__fail_buf(errbuf, errlen, KVL_EINVAL,
+			                     "opts.%s %u is above its limit %u",
+			                     limits[i].name, given[i],
+			                     limits[i].max);
 	if (!o.max_requests)
 		o.max_requests = DEF_MAX_REQUESTS;
 	if (!o.max_request_pages)

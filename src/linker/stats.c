@@ -90,7 +90,7 @@ int kvl_linker_stats_render(kvl_linker *lk, kvl_stats_format format, char *buf,
 			hist_prom(&c, hists[i].name, hists[i].help,
 			          (const kvl__hist *)((const char *)st +
 			                              hists[i].off));
-		kvl__render_store_prom(&c, &ss);
+		kvl__render_store_prom(&c, &ss, kvl__store_note(lk->store));
 	} else {
 		kvl__put(&c, "{\"linker\":{");
 		const char *sep = "";
@@ -108,7 +108,7 @@ int kvl_linker_stats_render(kvl_linker *lk, kvl_stats_format format, char *buf,
 			                              hists[i].off));
 		}
 		kvl__put(&c, "},\"store\":{");
-		kvl__render_store_json(&c, &ss);
+		kvl__render_store_json(&c, &ss, kvl__store_note(lk->store));
 		kvl__put(&c, "}}\n");
 	}
 	rc = kvl__cursor_finish(&c, needed);

@@ -100,6 +100,10 @@ struct kvl_store {
 	char tenant[KVL__TENANT_MAX + 8]; /* "kvl1:<tenant>:", or "" */
 	size_t tenant_len;
 	kvl__err err;
+	/* Written by the backend's open, then immutable: an option it
+	 * accepted but cannot honour here ("" if none), which
+	 * kvl_store_errmsg says after the open and the stats render. */
+	char note[KVL__ERRMSG_MAX];
 };
 
 extern const kvl__store_ops kvl__store_mem_ops;

@@ -29,6 +29,8 @@
  *                        do (caps.whole_reads), so the linker reads all
  *                        of a page's layers at once; inherited from the
  *                        inner store
+ *   fault.stats_unknown=0|1  stats report objects and bytes as UINT64_MAX,
+ *                        as a remote store that cannot count them does
  * Unknown fault.* options are KVL_EPARSE. The store is never trusted
  * (store->trusted = 0), so kvlink verifies payload checksums on reads.
  *
@@ -75,6 +77,7 @@ enum { DRAW_ERROR, DRAW_EVICT, DRAW_CORRUPT, DRAW_BIT, DRAWS_PER_KEY };
 struct fault_store {
 	kvl_store *inner;      /* owned; immutable */
 	uint64_t seed;         /* immutable */
+	int stats_unknown;     /* immutable: objects and bytes read unknown */
 	pthread_mutex_t mu;
 	kvl__fault_cfg cfg;    /* (mu) */
 	atomic_uint_fast64_t next_draw;
@@ -86,7 +89,7 @@ static const char *const fault_options[] = {
 	"fault.error",     "fault.corrupt",      "fault.evict",
 	"fault.latency_ms", "fault.latency_p",   "fault.seed",
 	"fault.down",      "fault.fail_get_call", "fault.fail_put_call",
-	"fault.whole_reads",
+	"fault.whole_reads", "fault.stats_unknown",
 };
 
 #define FAULT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -369,6 +372,8 @@ static void fault_stats(void *impl, kvl_store_stats *out)
 	kvl_store_stats_get(f->inner, &in);
 	*out = in;
 	out->errors += atomic_load(&f->n_errors);
+	if (f->stats_unknown) /* as a remote store with a node down */
+		out->objects = out->bytes = UINT64_MAX;
 }
 
 /* ----------------------------------------------------------- open, close */
@@ -385,8 +390,8 @@ static void fault_close(void *impl)
 
 /* Reads the fault.* options into cfg and seed. */
 static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
-                              uint64_t *seed, int *whole, char *errbuf,
-                              size_t errlen)
+                              uint64_t *seed, int *whole, int *unknown,
+                              char *errbuf, size_t errlen)
 {
 	uint64_t latency_ms = 0;
 	int rc;
@@ -409,7 +414,8 @@ static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
 			                     "fault.down, "
 			                     "fault.fail_get_call, "
 			                     "fault.fail_put_call, "
-			                     "fault.whole_reads)",
+			                     "fault.whole_reads, "
+			                     "fault.stats_unknown)",
 			                     k);
 	}
 
@@ -431,6 +437,8 @@ static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
 	    (rc = kvl__uri_u64(uri, "fault.fail_put_call", &cfg->fail_put_call,
 	                       errbuf, errlen)) < 0 ||
 	    (rc = kvl__uri_bool(uri, "fault.whole_reads", whole, errbuf,
+	                        errlen)) < 0 ||
+	    (rc = kvl__uri_bool(uri, "fault.stats_unknown", unknown, errbuf,
 	                        errlen)) < 0)
 		return rc;
 	if (latency_ms > FAULT_LATENCY_MAX_MS)
@@ -482,7 +490,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	kvl__fault_cfg cfg = { .latency_p = 1.0 };
 	uint64_t seed = 1;
 	kvl_store *inner = NULL;
-	int rc, whole = 0;
+	int rc, whole = 0, unknown = 0;
 
 	if (strncmp(uri->scheme, FAULT_PREFIX, FAULT_PREFIX_LEN) != 0 ||
 	    uri->scheme[FAULT_PREFIX_LEN] == '\0')
@@ -491,7 +499,8 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 		                     "store; expected fault+<scheme>, e.g. "
 		                     "\"fault+mem:?fault.error=0.1\"",
 		                     uri->scheme);
-	rc = fault_read_options(uri, &cfg, &seed, &whole, errbuf, errlen);
+	rc = fault_read_options(uri, &cfg, &seed, &whole, &unknown, errbuf,
+	                        errlen);
 	if (rc < 0)
 		return rc;
 
@@ -513,6 +522,8 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	pthread_mutex_init(&f->mu, NULL);
 	f->inner = inner;
 	f->seed = seed;
+	f->stats_unknown = unknown;
+	memcpy(store->note, inner->note, sizeof store->note);
 	f->cfg = cfg;
 	atomic_init(&f->next_draw, 0);
 	atomic_init(&f->get_calls, 0);

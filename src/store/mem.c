@@ -60,6 +60,7 @@
 
 #include "store/backend.h"
 #include "store/mem.h"
+#include "gpu/device.h"
 
 /* Freed payload bytes kept for reuse (plain memory), at most. */
 #define MEM_KEEP_MAX (64ull << 20)
@@ -694,14 +695,33 @@ static int mem_open(kvl_store *store, kvl__uri *uri, void **impl,
 	/* Pinned payloads let GPU copies use objects in place; the default
 	 * asks for them whenever this build has CUDA. */
 	int pinned = kvl_has_feature("cuda");
-	rc = kvl__uri_bool(uri, "pinned", &pinned, errbuf, errlen);
-	if (rc < 0)
-		return rc;
+	int asked_pinned = kvl__uri_bool(uri, "pinned", &pinned, errbuf,
+	                                 errlen);
+	if (asked_pinned < 0)
+		return asked_pinned;
 	/* prealloc=1 pins the whole capacity at open (pinned mode only). */
 	int prealloc = 0;
 	rc = kvl__uri_bool(uri, "prealloc", &prealloc, errbuf, errlen);
 	if (rc < 0)
 		return rc;
+	/* Pinning is for GPU copies in place: without a usable device the
+	 * store keeps ordinary memory, and an option that asked for pinning
+	 * says so (kvl_store_errmsg, the stats render) instead of passing
+	 * silently. */
+	int can_pin = kvl__dev_usable();
+	if (asked_pinned == 1 && pinned && !can_pin)
+		snprintf(store->note, sizeof store->note,
+		         "mem: pinned=1 has no effect: %s; objects live in "
+		         "ordinary (pageable) memory",
+		         kvl_has_feature("cuda") ? "no usable CUDA device"
+		                                 : "this build has no CUDA");
+	else if (prealloc && !(pinned && can_pin))
+		snprintf(store->note, sizeof store->note,
+		         "mem: prealloc=1 has no effect: objects are not pinned "
+		         "(%s)",
+		         !pinned ? "pinned=0"
+		         : kvl_has_feature("cuda") ? "no usable CUDA device"
+		                                   : "this build has no CUDA");
 
 	struct mem_store *m = calloc(1, sizeof *m);
 	if (!m || mem_index_init(&m->ix)) {

@@ -181,6 +181,8 @@ int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
 		goto fail_store;
 	}
 	kvl__uri_free(&u);
+	if (s->note[0]) /* what the caller reads until a call fails */
+		kvl__fail(&s->err, 0, "%s", s->note);
 	*out = s;
 	return 0;
 
@@ -311,6 +313,14 @@ static int check_key(kvl_store *s, const kvl__batch *b, size_t i, size_t at)
 			                 b->fn, i, k,
 			                 b->op == KVL__OP_PUT ? "pieces" : "ranges",
 			                 at + j, n);
+		if (n > UINTPTR_MAX - (uintptr_t)addr)
+			return kvl__fail(&s->err, KVL_EINVAL,
+			                 "%s: keys[%zu] \"%s\": %s[%zu] (%p, "
+			                 "%zu bytes) wraps past the end of the "
+			                 "address space",
+			                 b->fn, i, k,
+			                 b->op == KVL__OP_PUT ? "pieces" : "ranges",
+			                 at + j, addr, n);
 	}
 	return 0;
 }
@@ -537,6 +547,11 @@ int kvl_store_register(kvl_store *store, void *addr, size_t len,
 	if (len == 0)
 		return kvl__fail(&store->err, KVL_EINVAL,
 		                 "kvl_store_register: len is 0");
+	if (len > UINTPTR_MAX - (uintptr_t)addr)
+		return kvl__fail(&store->err, KVL_EINVAL,
+		                 "kvl_store_register: %p + %zu bytes wraps past "
+		                 "the end of the address space",
+		                 addr, len);
 	if (mem != KVL_MEM_HOST && mem != KVL_MEM_CUDA)
 		return kvl__fail(&store->err, KVL_EINVAL,
 		                 "kvl_store_register: unknown memory kind %d",
@@ -576,10 +591,10 @@ int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
 		return rc;
 	kvl__cursor c = {buf, len, 0};
 	if (format == KVL_STATS_PROMETHEUS) {
-		kvl__render_store_prom(&c, &s);
+		kvl__render_store_prom(&c, &s, store->note);
 	} else {
 		kvl__put(&c, "{");
-		kvl__render_store_json(&c, &s);
+		kvl__render_store_json(&c, &s, store->note);
 		kvl__put(&c, "}\n");
 	}
 	rc = kvl__cursor_finish(&c, needed);
@@ -592,4 +607,9 @@ int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
 kvl__err *kvl__store_errp(kvl_store *store)
 {
 	return &store->err;
+}
+
+const char *kvl__store_note(const kvl_store *store)
+{
+	return store->note;
 }

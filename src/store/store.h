@@ -35,6 +35,10 @@ kvl__store_caps kvl__store_caps_of(const kvl_store *store);
  * I/O of kvl_pages_*, whose errors the store handle reports). */
 kvl__err *kvl__store_errp(kvl_store *store);
 
+/* The note of an option the store accepted but cannot honour ("" if
+ * none); fixed at open, so any thread may read it. */
+const char *kvl__store_note(const kvl_store *store);
+
 /* An object's bytes lent by the store, or memory reserved for a new one. */
 typedef struct kvl__view {
 	const uint8_t *data;
