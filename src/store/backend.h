@@ -12,6 +12,7 @@
 #ifndef KVL_BACKEND_H
 #define KVL_BACKEND_H
 
+#include "core/mac.h"
 #include "store/store.h"
 #include "store/uri.h"
 
@@ -54,6 +55,12 @@ int kvl__batch_runs(const kvl__batch *b,
                     int (*skip)(void *ctx, const kvl__batch *b, size_t i),
                     int (*fn)(void *ctx, const kvl__batch *run), void *ctx);
 
+/* Opens the store that a wrapping backend wraps: kvl_store_open, but the
+ * store takes no secret (neither secret_file nor KVL_SECRET_FILE: the
+ * wrapper's own handle holds the key and does the checks). */
+int kvl__store_open_wrapped(const char *uri, kvl_store **out, char *errbuf,
+                            size_t errlen);
+
 /* The door's own batch call: checks b's arrays and keys as kvl_store_*
  * do, then runs the backend. For backends that wrap another store. */
 int kvl__store_call(kvl_store *store, const kvl__batch *b);
@@ -94,6 +101,7 @@ struct kvl_store {
 	const kvl__store_ops *ops;
 	void *impl;
 	kvl__store_caps caps;
+	kvl__mac *mac; /* the secret_file's key, or NULL; loaded at open */
 	kvl__err err;
 };
 

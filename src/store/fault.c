@@ -9,7 +9,7 @@
  *   fault+redis://127.0.0.1:7000?fault.latency_ms=5
  * Open rebuilds the inner URI (scheme without "fault+", "//authority" if
  * there was one, the path, and every option not starting with "fault.") and
- * opens it with kvl_store_open, so "fault+fault+mem:" nests; all fault.*
+ * opens it with kvl__store_open_wrapped (no secret: this door holds it), so "fault+fault+mem:" nests; all fault.*
  * options belong to the outermost fault store. Options (probabilities are
  * reals in [0, 1]):
  *   fault.error=P        per key: KVL_EIO, nothing of the key read/written
@@ -466,7 +466,8 @@ static char *fault_inner_uri(kvl__uri *uri)
 	char sep = '?';
 	for (size_t i = 0; i < uri->n_opts; i++) {
 		const char *k = uri->keys[i], *v = NULL;
-		if (strncmp(k, FAULT_OPT_PREFIX, FAULT_OPT_PREFIX_LEN) == 0)
+		if (strncmp(k, FAULT_OPT_PREFIX, FAULT_OPT_PREFIX_LEN) == 0 ||
+		    strcmp(k, "secret_file") == 0) /* the outer door's */
 			continue;
 		kvl__uri_str(uri, k, &v); /* marks it used */
 		p += sprintf(p, "%c%s=%s", sep, k, v);
@@ -498,7 +499,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	if (!inner_uri)
 		return kvl__fail_buf(errbuf, errlen, KVL_ENOMEM,
 		                     "fault store: out of memory");
-	rc = kvl_store_open(inner_uri, &inner, errbuf, errlen);
+	rc = kvl__store_open_wrapped(inner_uri, &inner, errbuf, errlen);
 	free(inner_uri);
 	if (rc < 0)
 		return rc;

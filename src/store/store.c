@@ -89,8 +89,35 @@ static int store_unknown_scheme(const char *scheme, char *errbuf,
 
 /* ----------------------------------------------------------- open, close */
 
-int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
-                   size_t errlen)
+/* The store's key: from the URI's secret_file, else from the file
+ * KVL_SECRET_FILE names (when set and not empty), else none. Every store
+ * takes the option and checks the file; trusted ones never use the key
+ * (kvl__store_mac). */
+static int store_secret(kvl__uri *u, kvl__mac **out, char *errbuf,
+                        size_t errlen)
+{
+	const char *path = NULL;
+	*out = NULL;
+	if (kvl__uri_str(u, "secret_file", &path) == 0) {
+		path = getenv("KVL_SECRET_FILE");
+		if (!path || !*path)
+			return 0;
+		int rc = kvl__mac_load(path, out, errbuf, errlen);
+		if (rc < 0) {
+			char m[KVL__ERRMSG_MAX];
+			snprintf(m, sizeof m, "%s", errbuf);
+			kvl__fail_buf(errbuf, errlen, rc, "KVL_SECRET_FILE: %s",
+			              m);
+		}
+		return rc;
+	}
+	return kvl__mac_load(path, out, errbuf, errlen);
+}
+
+/* kvl_store_open; `wrapped`: the store a wrapper wraps, which takes no
+ * secret (the wrapper's door seals and checks). */
+static int store_open(const char *uri, kvl_store **out, char *errbuf,
+                      size_t errlen, int wrapped)
 {
 	char msg[KVL__ERRMSG_MAX] = "";
 	kvl__uri u;
@@ -122,6 +149,9 @@ int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
 	}
 	kvl__err_init(&s->err);
 	s->ops = ops;
+	rc = wrapped ? 0 : store_secret(&u, &s->mac, msg, sizeof msg);
+	if (rc < 0)
+		goto fail_store;
 	rc = ops->open(s, &u, &s->impl, &s->caps, msg, sizeof msg);
 	if (rc < 0)
 		goto fail_store;
@@ -135,6 +165,7 @@ int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
 	return 0;
 
 fail_store:
+	kvl__mac_free(s->mac);
 	kvl__err_destroy(&s->err);
 	free(s);
 fail_uri:
@@ -146,11 +177,24 @@ fail_msg:
 	return kvl__fail_buf(errbuf, errlen, rc, "%s", msg);
 }
 
+int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
+                   size_t errlen)
+{
+	return store_open(uri, out, errbuf, errlen, 0);
+}
+
+int kvl__store_open_wrapped(const char *uri, kvl_store **out, char *errbuf,
+                            size_t errlen)
+{
+	return store_open(uri, out, errbuf, errlen, 1);
+}
+
 void kvl_store_close(kvl_store *store)
 {
 	if (!store)
 		return;
 	store->ops->close(store->impl);
+	kvl__mac_free(store->mac);
 	kvl__err_destroy(&store->err);
 	free(store);
 }
@@ -343,6 +387,11 @@ int kvl_store_remove(kvl_store *store, const char *const *keys, size_t n,
 kvl__store_caps kvl__store_caps_of(const kvl_store *store)
 {
 	return store->caps;
+}
+
+const kvl__mac *kvl__store_mac(const kvl_store *store)
+{
+	return store->caps.trusted ? NULL : store->mac;
 }
 
 int kvl__store_peek(kvl_store *store, const char *const *keys, size_t n,
