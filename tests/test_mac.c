@@ -20,7 +20,9 @@
  * object replayed under this key; (e) secret_file errors: missing,
  * directory, empty, too short, too long, unreadable, through
  * KVL_SECRET_FILE, the URI option winning over it, messages naming the
- * path but never the secret; (f) kvl_has_feature("mac").
+ * path but never the secret; (f) kvl_has_feature("mac"); and the tags
+ * themselves (key, index, context and message all count; a thread's
+ * reused HMAC context never mixes keys up).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -472,6 +474,52 @@ static void test_secret_env(void **state)
 	host_free(&dst);
 }
 
+/* ======================================================= the tags */
+
+/* Tag `index` of ctx under key k, over msg. */
+static void tag_of(const kvl__mac *k, uint32_t index, const char *msg,
+                   uint8_t *tag)
+{
+	static const uint8_t ctx[88] = {1, 2, 3};
+	kvl__mac_stream st;
+	ASSERT_EQ(kvl__mac_begin(k, index, ctx, sizeof ctx, &st), 0);
+	kvl__mac_update(&st, msg, strlen(msg));
+	ASSERT_EQ(kvl__mac_end(&st, tag), 0);
+}
+
+/* A tag depends on the key, the index, the context and the message, and
+ * not on which key the thread derived with before (its HMAC context is
+ * reused while the key stays the same). */
+static void test_tags(void **state)
+{
+	(void)state;
+	kvl__mac *a = NULL, *b = NULL, *a2 = NULL;
+	ASSERT_EQ(kvl__mac_new(SECRET_A, strlen(SECRET_A), &a, NULL, 0), 0);
+	ASSERT_EQ(kvl__mac_new(SECRET_B, strlen(SECRET_B), &b, NULL, 0), 0);
+	uint8_t t1[16], t2[16], t3[16], t4[16], t5[16];
+	tag_of(a, 0, "layer bytes", t1);
+	tag_of(a, 0, "layer bytes", t2); /* the same key again */
+	ASSERT_TRUE(kvl__mac_equal(t1, t2));
+	tag_of(b, 0, "layer bytes", t3);
+	ASSERT_TRUE(!kvl__mac_equal(t1, t3));
+	tag_of(a, 0, "layer bytes", t2); /* back to A after B */
+	ASSERT_TRUE(kvl__mac_equal(t1, t2));
+	tag_of(a, 1, "layer bytes", t4);
+	ASSERT_TRUE(!kvl__mac_equal(t1, t4));
+	tag_of(a, 0, "layer byteS", t5);
+	ASSERT_TRUE(!kvl__mac_equal(t1, t5));
+	/* The same secret in another key: the same tags. */
+	ASSERT_EQ(kvl__mac_new(SECRET_A, strlen(SECRET_A), &a2, NULL, 0), 0);
+	tag_of(a2, 0, "layer bytes", t2);
+	ASSERT_TRUE(kvl__mac_equal(t1, t2));
+	kvl__mac_free(a);
+	kvl__mac_free(b);
+	kvl__mac_free(a2);
+	char msg[128] = "";
+	ASSERT_CODE(kvl__mac_new("short", 5, &a, msg, sizeof msg), KVL_EINVAL);
+	ASSERT_TRUE(a == NULL);
+}
+
 /* ================================================================ (f) */
 
 static void test_feature(void **state)
@@ -490,6 +538,7 @@ int main(void)
 		cmocka_unit_test_setup(test_forgeries, next_test),
 		cmocka_unit_test_setup(test_secret_file_errors, next_test),
 		cmocka_unit_test_setup(test_secret_env, next_test),
+		cmocka_unit_test(test_tags),
 		cmocka_unit_test(test_feature),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
