@@ -252,7 +252,7 @@ static void stored_page(const uint8_t *d, size_t n)
 	uint16_t new_len = (uint16_t)(d[1] | d[2] << 8);
 	int resize = d[3] & 1;
 	kvl_store *st = d[3] & 2 ? f->sst : f->st;
-	const kvl__mac *key = kvl__store_mac(st);
+	const kvl__mac *mk = kvl__store_mac(st);
 	d += 4;
 	n -= 4;
 
@@ -323,21 +323,16 @@ static void stored_page(const uint8_t *d, size_t n)
 		                     : 0;
 		const char *why = NULL;
 		int rc = kvl__read_check(p, &page, &rd, result, obj,
-		                         obj + rd.offset, 0, 1, key, &why);
+		                         obj + rd.offset, 0, 1, mk, &why);
 		CHECK(rc == res);
 		CHECK(rc == 0 || (why && why[0]));
 		/* Keyed: never valid to a reader with another key or none;
 		 * unkeyed: never valid to a reader with a key. */
-		const kvl__mac *other = key ? f->b : NULL;
 		CHECK(kvl__read_check(p, &page, &rd, result, obj,
-		                      obj + rd.offset, 0, 1, other, NULL) != 0);
-		if (key)
+		                      obj + rd.offset, 0, 1, f->b, NULL) != 0);
+		if (mk)
 			CHECK(kvl__read_check(p, &page, &rd, result, obj,
 			                      obj + rd.offset, 0, 1, NULL,
-			                      NULL) != 0);
-		else
-			CHECK(kvl__read_check(p, &page, &rd, result, obj,
-			                      obj + rd.offset, 0, 1, f->b,
 			                      NULL) != 0);
 	}
 	if (res == 0) {
