@@ -18,7 +18,8 @@
  * another page's header (as it is, and with this page's hash patched in
  * and resealed), a layer swapped in from another page, another page's
  * object replayed under this key; (e) secret_file errors: missing,
- * directory, empty, too short, too long, unreadable, through
+ * directory, a FIFO (refused, never waited on), empty, too short, too
+ * long, unreadable, through
  * KVL_SECRET_FILE, the URI option winning over it, messages naming the
  * path but never the secret; (f) kvl_has_feature("mac"); and the tags
  * themselves (key, index, context and message all count; a thread's
@@ -396,6 +397,10 @@ static void test_secret_file_errors(void **state)
 	snprintf(p, sizeof p, "%s/missing", dir);
 	expect_open_fails(p, KVL_EIO, "cannot open", NULL);
 	expect_open_fails(dir, KVL_EINVAL, "not a regular file", NULL);
+	/* A FIFO without a writer: refused at once, not waited on. */
+	snprintf(p, sizeof p, "%s/fifo", dir);
+	ASSERT_EQ(mkfifo(p, 0600), 0);
+	expect_open_fails(p, KVL_EINVAL, "not a regular file", NULL);
 	snprintf(p, sizeof p, "%s/empty", dir);
 	write_file(p, "", 0);
 	expect_open_fails(p, KVL_EINVAL, "empty", NULL);

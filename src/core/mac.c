@@ -150,7 +150,9 @@ int kvl__mac_load(const char *path, kvl__mac **out, char *errbuf,
                   size_t errlen)
 {
 	*out = NULL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: a FIFO must not hang the open (it is refused below as
+	 * not a regular file); regular files ignore it. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0)
 		return kvl__fail_buf(errbuf, errlen, KVL_EIO,
 		                     "secret_file '%s': cannot open: %s", path,
