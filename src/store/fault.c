@@ -8,9 +8,11 @@
  *   fault+mem:?capacity=1GiB&fault.error=0.05&fault.seed=7
  *   fault+redis://127.0.0.1:7000?fault.latency_ms=5
  * Open rebuilds the inner URI (scheme without "fault+", "//authority" if
- * there was one, the path, and every option not starting with "fault.") and
- * opens it with kvl__store_open_wrapped (no secret: this door holds it), so "fault+fault+mem:" nests; all fault.*
- * options belong to the outermost fault store. Options (probabilities are
+ * there was one, the path, and every option not starting with "fault."
+ * but secret_file) and opens it with kvl__store_open_wrapped (no secret:
+ * this store's handle holds the key and seals and checks), so
+ * "fault+fault+mem:" nests; all fault.* options belong to the outermost
+ * fault store. Options (probabilities are
  * reals in [0, 1]):
  *   fault.error=P        per key: KVL_EIO, nothing of the key read/written
  *   fault.corrupt=P      per key, get: flip one random bit of the bytes just

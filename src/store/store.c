@@ -12,6 +12,12 @@
  * Nothing outside src/store/ calls a backend's operations: the linker's
  * in-place loads and offloads go through kvl__store_peek and its siblings.
  *
+ * The door also owns the store's key: the secret file named by the URI's
+ * secret_file option (read here, before the backend opens, so no backend
+ * sees the option), else by KVL_SECRET_FILE; kvl__store_mac hands it to the
+ * codec's callers, NULL for trusted stores. A wrapper's inner store is
+ * opened with kvl__store_open_wrapped and holds no key.
+ *
  * Threads: a store handle is immutable after kvl_store_open apart from its
  * error message (guarded by its own mutex in kvl__err) and the backend's own
  * state (guarded by the backend). kvl_store_close must not race any call.
