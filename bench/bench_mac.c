@@ -170,7 +170,7 @@ int main(int argc, char **argv)
 	 * object, per-tag key derivation included. */
 	if (!json)
 		printf("\nkvl__read_check of a 32-layer object, GB/s of payload "
-		       "(keyed: Poly1305 + HMAC-SHA-256 key per tag)\n"
+		       "(keyed: Poly1305, an AES-derived key per tag)\n"
 		       "%-20s %9s %9s %7s\n",
 		       "layer bytes", "unkeyed", "keyed", "ratio");
 	for (int i = 0; i < n_sizes; i++) {

@@ -557,8 +557,8 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  * (one trailing newline is not part of it), read once at open. Without the
  * option the file named by the environment variable KVL_SECRET_FILE is
  * used (when set and not empty); the option wins. With a secret, every
- * object written is sealed with MACs (Poly1305, keys derived from the
- * secret by HMAC-SHA-256) and every read checks them: an object written
+ * object written is sealed with MACs (one-time Poly1305 keys derived from
+ * the secret and a random per-object nonce) and every read checks them: an object written
  * without this secret, with another one, or rewritten by whoever can write
  * the store but lacks the secret, reads as KVL_ECORRUPT, never as valid.
  * A store without a secret refuses keyed objects the same way. The trusted

@@ -22,8 +22,8 @@
  * long, unreadable, through
  * KVL_SECRET_FILE, the URI option winning over it, messages naming the
  * path but never the secret; (f) kvl_has_feature("mac"); and the tags
- * themselves (key, index, context and message all count; a thread's
- * reused HMAC context never mixes keys up).
+ * themselves (key, index, nonce and message all count; a thread's
+ * reused AES context never mixes keys up).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -481,19 +481,20 @@ static void test_secret_env(void **state)
 
 /* ======================================================= the tags */
 
-/* Tag `index` of ctx under key k, over msg. */
+static uint8_t g_nonce[16] = {1, 2, 3};
+
+/* Tag `index` of the object with nonce g_nonce under key k, over msg. */
 static void tag_of(const kvl__mac *k, uint32_t index, const char *msg,
                    uint8_t *tag)
 {
-	static const uint8_t ctx[88] = {1, 2, 3};
 	kvl__mac_stream st;
-	ASSERT_EQ(kvl__mac_begin(k, index, ctx, sizeof ctx, &st), 0);
+	ASSERT_EQ(kvl__mac_begin(k, index, g_nonce, &st), 0);
 	kvl__mac_update(&st, msg, strlen(msg));
 	ASSERT_EQ(kvl__mac_end(&st, tag), 0);
 }
 
-/* A tag depends on the key, the index, the context and the message, and
- * not on which key the thread derived with before (its HMAC context is
+/* A tag depends on the key, the index, the nonce and the message, and
+ * not on which key the thread derived with before (its AES context is
  * reused while the key stays the same). */
 static void test_tags(void **state)
 {
@@ -513,6 +514,10 @@ static void test_tags(void **state)
 	ASSERT_TRUE(!kvl__mac_equal(t1, t4));
 	tag_of(a, 0, "layer byteS", t5);
 	ASSERT_TRUE(!kvl__mac_equal(t1, t5));
+	g_nonce[15] ^= 1;
+	tag_of(a, 0, "layer bytes", t5);
+	ASSERT_TRUE(!kvl__mac_equal(t1, t5));
+	g_nonce[15] ^= 1;
 	/* The same secret in another key: the same tags. */
 	ASSERT_EQ(kvl__mac_new(SECRET_A, strlen(SECRET_A), &a2, NULL, 0), 0);
 	tag_of(a2, 0, "layer bytes", t2);

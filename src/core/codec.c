@@ -24,7 +24,7 @@
 
 static const uint8_t obj_magic[4] = {'K', 'V', 'L', 'O'};
 
-#define HDR_FIXED 88 /* bytes before the layer fields; a keyed tag's context */
+#define HDR_FIXED 88 /* bytes before the layer fields */
 
 /* Bytes of the covered part of a header (before its own field). */
 static size_t header_body(uint32_t n_layers)
@@ -62,7 +62,7 @@ static int field_of(const uint8_t *hdr, const kvl__mac *key, uint32_t i,
 {
 	if (header_flags(hdr) & KVL__OBJ_KEYED) {
 		kvl__mac_stream st;
-		if (!key || kvl__mac_begin(key, i, hdr, HDR_FIXED, &st)) {
+		if (!key || kvl__mac_begin(key, i, hdr + 72, &st)) {
 			memset(out, 0, KVL__OBJ_FIELD);
 			return KVL_ECORRUPT;
 		}

@@ -23,8 +23,9 @@
  * Integrity fields: unkeyed, XXH3-128 (libxxhash) seeded with
  * KVL__CHECKSUM_SEED, its low then high 64 bits; keyed, a Poly1305 tag
  * under a one-time key derived from the secret, the field's index (the
- * layer's, or KVL__HDR_INDEX for the header's own) and header bytes
- * [0, 88) — identity, flags and nonce (core/mac.h). A layer's field covers
+ * layer's, or KVL__HDR_INDEX for the header's own) and the nonce
+ * (core/mac.h); the header's own tag covers the identity, flags, nonce and
+ * every layer tag, and is checked before any layer. A layer's field covers
  * its bytes as they sit in the object, however its components are split
  * in memory. The object's size does not depend on whether it is keyed.
  *

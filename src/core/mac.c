@@ -4,16 +4,26 @@
  *
  * Why Poly1305: of OpenSSL's MACs it and GMAC are the only ones fast enough
  * to check a Redis or Mooncake load on one core (docs/reliability.md has
- * the measurements); Poly1305 needs no AES key schedule per key, so a
- * fresh key for every tag costs only the HMAC that derives it.
+ * the measurements); a fresh Poly1305 key is just 32 bytes, where a fresh
+ * GMAC key costs an AES key schedule and a GHASH table.
+ *
+ * Tag keys: the master key is an AES-256 key; tag `index` of the object
+ * with nonce N gets the Poly1305 key AES(N ^ E(index, 0)) || AES(N ^
+ * E(index, 1)), where E(i, j) is the block le32(i), j, then 11 zero bytes:
+ * distinct (N, index) give distinct inputs, and as N is 128 random bits
+ * per object written, no two messages ever share a key. Two AES blocks
+ * cost about 30 ns; an HMAC-SHA-256 derivation cost ten times that, which
+ * dominated the check of small layers. The object's identity (fingerprint,
+ * page hash, length) is bound by the header's own tag, which covers it,
+ * the nonce and every layer tag, and which every reader checks before any
+ * layer (codec.h).
  *
  * Threads: a key is read-only after kvl__mac_new. Each thread that computes
- * a tag gets its own HMAC and Poly1305 contexts from `tls_slot` (a pthread
- * key whose destructor frees them when the thread exits); the algorithms
- * are fetched once per process under `once`. A thread's HMAC context stays
- * keyed with the last key it derived with (by the key's process-unique
- * id, never its address, which a later key may reuse): deriving again
- * under the same key skips the HMAC key setup, about half of a derivation.
+ * a tag gets its own HMAC, AES and Poly1305 contexts from `tls_slot` (a
+ * pthread key whose destructor frees them when the thread exits); the
+ * algorithms are fetched once per process under `once`. A thread's AES
+ * context stays keyed with the last key it derived with (by the key's
+ * process-unique id, never its address, which a later key may reuse).
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -32,7 +42,6 @@
 #define MASTER_BYTES 32
 
 static const char master_label[] = "kvlink secret v1";
-static const char tag_label[] = "kvlink object tag v3";
 
 struct kvl__mac {
 	uint8_t master[MASTER_BYTES];
@@ -44,15 +53,17 @@ static _Atomic uint64_t next_id = 1;
 /* -------------------------------------------------- per-thread contexts */
 
 typedef struct mac_tls {
-	EVP_MAC_CTX *hmac;
+	EVP_MAC_CTX *hmac;    /* master keys from secrets */
+	EVP_CIPHER_CTX *aes;  /* tag keys */
 	EVP_MAC_CTX *poly;
-	uint64_t hmac_key; /* the id of the key hmac is keyed with; 0: none */
+	uint64_t aes_key;     /* the id of the key aes is keyed with; 0: none */
 } mac_tls;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t tls_slot;
 static int tls_ok;
 static EVP_MAC *alg_hmac, *alg_poly;
+static EVP_CIPHER *alg_aes;
 
 static void tls_free(void *v)
 {
@@ -60,6 +71,7 @@ static void tls_free(void *v)
 	if (!t)
 		return;
 	EVP_MAC_CTX_free(t->hmac);
+	EVP_CIPHER_CTX_free(t->aes);
 	EVP_MAC_CTX_free(t->poly);
 	free(t);
 }
@@ -68,7 +80,8 @@ static void tls_init(void)
 {
 	alg_hmac = EVP_MAC_fetch(NULL, OSSL_MAC_NAME_HMAC, NULL);
 	alg_poly = EVP_MAC_fetch(NULL, OSSL_MAC_NAME_POLY1305, NULL);
-	tls_ok = alg_hmac && alg_poly &&
+	alg_aes = EVP_CIPHER_fetch(NULL, "AES-256-ECB", NULL);
+	tls_ok = alg_hmac && alg_poly && alg_aes &&
 	         pthread_key_create(&tls_slot, tls_free) == 0;
 }
 
@@ -91,8 +104,10 @@ static mac_tls *tls_get(void)
 		                                 0),
 		OSSL_PARAM_construct_end()};
 	t->hmac = EVP_MAC_CTX_new(alg_hmac);
+	t->aes = EVP_CIPHER_CTX_new();
 	t->poly = EVP_MAC_CTX_new(alg_poly);
-	if (!t->hmac || !t->poly || !EVP_MAC_CTX_set_params(t->hmac, prm) ||
+	if (!t->hmac || !t->aes || !t->poly ||
+	    !EVP_MAC_CTX_set_params(t->hmac, prm) ||
 	    pthread_setspecific(tls_slot, t) != 0) {
 		tls_free(t);
 		return NULL;
@@ -100,13 +115,12 @@ static mac_tls *tls_get(void)
 	return t;
 }
 
-/* HMAC-SHA-256 of the pieces under `key` into out (32 bytes). key NULL:
- * under the key the context already holds. */
+/* HMAC-SHA-256 of the pieces under `key` into out (32 bytes). */
 static int hmac_sha256(EVP_MAC_CTX *c, const uint8_t *key, size_t key_len,
                        const kvl_iov *parts, size_t n, uint8_t *out)
 {
 	size_t got = 0;
-	if (!EVP_MAC_init(c, key, key ? key_len : 0, NULL))
+	if (!EVP_MAC_init(c, key, key_len, NULL))
 		return KVL_EIO;
 	for (size_t i = 0; i < n; i++)
 		if (!EVP_MAC_update(c, parts[i].addr, parts[i].len))
@@ -133,8 +147,6 @@ int kvl__mac_new(const void *secret, size_t len, kvl__mac **out,
 		                     "secret: out of memory");
 	kvl_iov msg = {.addr = (void *)master_label,
 	               .len = sizeof master_label - 1};
-	if (t)
-		t->hmac_key = 0; /* keyed with the secret itself below */
 	k->id = atomic_fetch_add(&next_id, 1);
 	if (!t || hmac_sha256(t->hmac, secret, len, &msg, 1, k->master)) {
 		kvl__mac_free(k);
@@ -227,28 +239,40 @@ int kvl__mac_nonce(uint8_t nonce[KVL__MAC_NONCE])
 
 /* --------------------------------------------------------------- tags */
 
-int kvl__mac_begin(const kvl__mac *key, uint32_t index, const uint8_t *ctx,
-                   size_t ctx_len, kvl__mac_stream *st)
+/* The thread's AES context keyed with `key`: 0 or KVL_EIO. */
+static int aes_keyed(mac_tls *t, const kvl__mac *key)
+{
+	if (t->aes_key == key->id)
+		return 0;
+	t->aes_key = 0;
+	if (!EVP_EncryptInit_ex2(t->aes, alg_aes, key->master, NULL, NULL) ||
+	    !EVP_CIPHER_CTX_set_padding(t->aes, 0))
+		return KVL_EIO;
+	t->aes_key = key->id;
+	return 0;
+}
+
+int kvl__mac_begin(const kvl__mac *key, uint32_t index,
+                   const uint8_t nonce[KVL__MAC_NONCE], kvl__mac_stream *st)
 {
 	st->ctx = NULL;
 	st->failed = 1;
 	mac_tls *t = tls_get();
-	if (!t)
+	if (!t || aes_keyed(t, key))
 		return KVL_EIO;
-	uint8_t idx[4], otk[32];
-	kvl__put_u32le(idx, index);
-	kvl_iov parts[] = {
-		{.addr = (void *)tag_label, .len = sizeof tag_label - 1},
-		{.addr = idx, .len = sizeof idx},
-		{.addr = (void *)ctx, .len = ctx_len},
-	};
-	int same = t->hmac_key == key->id;
-	t->hmac_key = 0; /* until the derivation succeeded */
-	int rc = hmac_sha256(t->hmac, same ? NULL : key->master, MASTER_BYTES,
-	                     parts, 3, otk);
-	if (!rc)
-		t->hmac_key = key->id;
-	if (!rc && !EVP_MAC_init(t->poly, otk, sizeof otk, NULL))
+	uint8_t in[2 * KVL__MAC_NONCE], otk[2 * KVL__MAC_NONCE];
+	for (int j = 0; j < 2; j++) {
+		uint8_t *b = in + j * KVL__MAC_NONCE, e[5];
+		kvl__put_u32le(e, index);
+		e[4] = (uint8_t)j;
+		memcpy(b, nonce, KVL__MAC_NONCE);
+		for (int k = 0; k < 5; k++)
+			b[k] ^= e[k];
+	}
+	int got = 0, rc = 0;
+	if (!EVP_EncryptUpdate(t->aes, otk, &got, in, sizeof in) ||
+	    got != (int)sizeof otk ||
+	    !EVP_MAC_init(t->poly, otk, sizeof otk, NULL))
 		rc = KVL_EIO;
 	OPENSSL_cleanse(otk, sizeof otk);
 	if (rc)

@@ -5,9 +5,10 @@
  *
  * A key is the 32-byte master HMAC-SHA-256(file bytes, label) of a secret
  * file; the file's bytes are wiped once it is derived. Each tag has its own
- * Poly1305 key, HMAC-SHA-256(master, label ‖ index ‖ header identity), and
- * the identity holds a random 16-byte nonce drawn for every object
- * written, so no Poly1305 key ever authenticates two different messages.
+ * Poly1305 key, derived from the master (as an AES-256 key), the tag's
+ * index and the object's random 16-byte nonce, drawn for every object
+ * written, so no Poly1305 key ever authenticates two different messages
+ * (mac.c says how).
  *
  * A key is immutable once made and may be shared by every thread. The
  * OpenSSL contexts the tags are computed with are the calling thread's own,
@@ -47,9 +48,8 @@ void kvl__mac_free(kvl__mac *key);
 int kvl__mac_nonce(uint8_t nonce[KVL__MAC_NONCE]);
 
 /* A one-time tag being computed: start it for tag number `index` of the
- * object whose identity is ctx[0, ctx_len) (the header's fixed fields,
- * nonce included), feed it the message in any number of pieces, finish it
- * into tag. Each returns 0 or KVL_EIO (OpenSSL failed; a tag that could
+ * object whose nonce is `nonce`, feed it the message in any number of
+ * pieces, finish it into tag. Each returns 0 or KVL_EIO (OpenSSL failed; a tag that could
  * not be computed never matches). A stream belongs to the calling thread
  * and holds one tag at a time. */
 typedef struct kvl__mac_stream {
@@ -57,8 +57,8 @@ typedef struct kvl__mac_stream {
 	int failed;
 } kvl__mac_stream;
 
-int kvl__mac_begin(const kvl__mac *key, uint32_t index, const uint8_t *ctx,
-                   size_t ctx_len, kvl__mac_stream *st);
+int kvl__mac_begin(const kvl__mac *key, uint32_t index,
+                   const uint8_t nonce[KVL__MAC_NONCE], kvl__mac_stream *st);
 void kvl__mac_update(kvl__mac_stream *st, const void *data, size_t len);
 int kvl__mac_end(kvl__mac_stream *st, uint8_t tag[KVL__MAC_TAG]);
 
