@@ -23,7 +23,9 @@
  * pthread key whose destructor frees them when the thread exits); the
  * algorithms are fetched once per process under `once`. A thread's AES
  * context stays keyed with the last key it derived with (by the key's
- * process-unique id, never its address, which a later key may reuse).
+ * process-unique id, never its address, which a later key may reuse), so
+ * it holds that key's schedule until it is keyed again or its thread
+ * exits, also after kvl__mac_free.
  */
 #include <errno.h>
 #include <stdatomic.h>
