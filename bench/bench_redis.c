@@ -16,6 +16,10 @@
  *                destination buffers (what a caller that needs the bytes in
  *                its own memory must do)
  * and prints GB/s and the ratios kvlink / plain (the target is >= 0.9).
+ * Then, CPU only, the page codec's check of objects of each size (32
+ * layers) on one core, unkeyed (XXH3-128) and keyed (a store secret:
+ * Poly1305), measured in the same run (codec_bench.h), as ratios against
+ * the kvlink get rate: above 1, verifying never limits a load.
  * The plain client is what hiredis users write: one blocking context per
  * node, nodes served one after another; on a cluster it routes keys by
  * CRC16 slot like kvlink does (with the map read from CLUSTER SLOTS once).
@@ -63,6 +67,8 @@ int main(void)
 #include <hiredis/hiredis.h>
 
 #include "store/redis/spec.h"
+
+#include "codec_bench.h"
 
 #define MAX_NODES 64
 #define KEY_MAX 64
@@ -434,6 +440,7 @@ int main(int argc, char **argv)
 		       "size", "objs", "put kvl", "put hir", "ratio", "get kvl",
 		       "get hir", "hir+copy", "ratio", "r+copy");
 
+	double get_gbs[16] = {0};
 	for (int si = 0; si < n_sizes; si++) {
 		size_t size = sizes[si];
 		size_t n = (mib << 20) / size;
@@ -538,6 +545,7 @@ int main(int argc, char **argv)
 		for (size_t b = 0; b < n; b += batch)
 			plain_batch(&p, P_DEL, keys + b,
 			            n - b < batch ? n - b : batch, NULL, 0, NULL, 0);
+		get_gbs[si] = best.get_k;
 		if (json)
 			printf("{\"size\":%zu,\"objects\":%zu,\"put_kvlink_gbs\":"
 			       "%.3f,\"put_plain_gbs\":%.3f,\"get_kvlink_gbs\":"
@@ -564,6 +572,30 @@ int main(int argc, char **argv)
 		free(cnt);
 		free(res);
 		free(res64);
+	}
+	/* Verification on one core against the get rates above. */
+	if (!json)
+		printf("\nverify (one core, 32-layer objects): GB/s; ratio = "
+		       "verify / get kvl\n%8s | %7s %7s | %7s %7s\n", "size",
+		       "unkeyed", "keyed", "r unkey", "r keyed");
+	for (int si = 0; si < n_sizes; si++) {
+		size_t size = sizes[si];
+		codec_bench_result r = codec_bench_verify(size / 32, 32, 0.6);
+		double g = get_gbs[si] > 0 ? get_gbs[si] : 1e-9;
+		if (json)
+			printf("{\"size\":%zu,\"verify_unkeyed_gbs\":%.3f,"
+			       "\"verify_keyed_gbs\":%.3f,"
+			       "\"verify_keyed_vs_unkeyed\":%.3f,"
+			       "\"verify_unkeyed_vs_get\":%.3f,"
+			       "\"verify_keyed_vs_get\":%.3f}\n",
+			       size, r.unkeyed_gbs, r.keyed_gbs,
+			       r.unkeyed_gbs ? r.keyed_gbs / r.unkeyed_gbs : 0,
+			       r.unkeyed_gbs / g, r.keyed_gbs / g);
+		else
+			printf("%5zuKiB | %7.2f %7.2f | %7.2f %7.2f\n",
+			       size >> 10, r.unkeyed_gbs, r.keyed_gbs,
+			       r.unkeyed_gbs / g, r.keyed_gbs / g);
+		fflush(stdout);
 	}
 	plain_close(&p);
 	kvl_store_close(s);

@@ -6,17 +6,21 @@
  *
  * Input byte 0 picks the mode:
  *
- *  even: a raw header. The next 4 bytes give the layer count the reader
- *        expects (small most of the time), then 16 bytes of pool
+ *  even: a raw header. Bit 1 of byte 0 makes the reader hold a key (a
+ *        fixed test secret). The next 4 bytes give the layer count the
+ *        reader expects (small most of the time), then 16 bytes of pool
  *        fingerprint, 32 of page hash and 8 of payload length; the rest is
  *        the header bytes. Checked: the decoder never reads past them; when
- *        it accepts them, writing a header for the same id with the layer
- *        sums (or the "unsummed" flag) it carries gives the same bytes
- *        (every accepted header is the one canonical header of its id),
- *        and kvl__obj_layer_ok agrees with the stored sums.
+ *        it accepts them unkeyed, writing a header for the same id with
+ *        the layer fields (or the "unsummed" flag) it carries gives the
+ *        same bytes (every accepted header is the one canonical header of
+ *        its id); when it accepts them keyed, they say keyed and sealing
+ *        them again with the key gives the same bytes; kvl__obj_layer_ok
+ *        agrees with the stored fields.
  *
  *  odd:  a stored page. A real object of a two-pool layout is put in a
- *        verifying store ("mem:?verify=1"), then damaged as the input says
+ *        verifying store ("mem:?verify=1", or with bit 1 of the next byte
+ *        set one with a secret_file), then damaged as the input says
  *        (byte flips at chosen offsets, a new length: truncated or
  *        extended) and read back with kvl_pages_get, one layer or all.
  *        Checked: the result is 0, KVL_ECORRUPT or KVL_ENOTFOUND; when it
@@ -25,12 +29,14 @@
  *        (a truncated object may still serve the layers it holds whole);
  *        nothing outside the slot is written; and kvl__read_check over
  *        the damaged object's bytes in memory (as the GPU load paths
- *        check a ring or a store's view) gives the same verdict.
+ *        check a ring or a store's view) gives the same verdict; a keyed
+ *        object never passes a reader without the key, nor with another.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/layout.h"
 #include "core/codec.h"
@@ -46,10 +52,33 @@
 		}                                                            \
 	} while (0)
 
+/* The fixed test secrets: A seals, B is another engine's. */
+static const char secret_a[] = "fuzz secret A: 0123456789abcdef";
+static const char secret_b[] = "fuzz secret B: 0123456789abcdef";
+
+static kvl__mac *test_key(const char *secret)
+{
+	kvl__mac *k = NULL;
+	CHECK(kvl__mac_new(secret, strlen(secret), &k, NULL, 0) == 0);
+	return k;
+}
+
 /* ------------------------------------------------------------ raw header */
 
-static void raw_header(const uint8_t *d, size_t n)
+static kvl__mac *raw_key;
+
+static void raw_key_free(void)
 {
+	kvl__mac_free(raw_key);
+}
+
+static void raw_header(const uint8_t *d, size_t n, int keyed)
+{
+	if (keyed && !raw_key) {
+		raw_key = test_key(secret_a);
+		atexit(raw_key_free);
+	}
+	const kvl__mac *key = keyed ? raw_key : NULL;
 	if (n < 4 + KVL__FP_BYTES + KVL_HASH_BYTES + 8)
 		return;
 	uint32_t layers = kvl__get_u32le(d);
@@ -74,7 +103,7 @@ static void raw_header(const uint8_t *d, size_t n)
 	kvl__obj_id id = {.fp = fp, .page = &page, .payload_len = payload,
 	                  .n_layers = layers};
 	const char *why = NULL;
-	int rc = kvl__obj_header_check(hdr, n, &id, &why);
+	int rc = kvl__obj_header_check(hdr, n, &id, key, &why);
 	if (rc) {
 		CHECK(rc == KVL_ECORRUPT && why && why[0]);
 		free(hdr);
@@ -82,25 +111,35 @@ static void raw_header(const uint8_t *d, size_t n)
 	}
 	size_t size = kvl__obj_header_size(layers);
 	CHECK(size <= n && size % 64 == 0);
-	int unsummed = (hdr[6] | hdr[7] << 8) & KVL__OBJ_UNSUMMED;
-	uint64_t *sums = calloc(layers ? layers : 1, sizeof *sums);
+	unsigned flags = (unsigned)(hdr[6] | hdr[7] << 8);
+	int unsummed = flags & KVL__OBJ_UNSUMMED;
+	CHECK(!(flags & KVL__OBJ_KEYED) == !keyed);
+	const size_t fb = KVL__OBJ_FIELD;
+	uint8_t *fields = calloc(layers ? layers : 1, fb);
 	uint8_t *canon = malloc(size);
-	if (sums && canon) {
-		for (uint32_t i = 0; i < layers; i++)
-			sums[i] = kvl__get_u64le(hdr + 72 + 8 * (size_t)i);
-		kvl__obj_header_write(canon, &id, unsummed ? NULL : sums);
+	if (fields && canon) {
+		memcpy(fields, hdr + 88, fb * layers);
+		if (keyed) {
+			memcpy(canon, hdr, size);
+			CHECK(kvl__obj_header_seal(canon, key) == 0);
+		} else {
+			CHECK(kvl__obj_header_write(canon, &id,
+			                            unsummed ? NULL : fields,
+			                            NULL) == 0);
+		}
 		if (unsummed)
-			for (uint32_t i = 0; i < layers; i++)
-				CHECK(sums[i] == 0);
+			for (size_t i = 0; i < fb * layers; i++)
+				CHECK(fields[i] == 0);
 		CHECK(memcmp(canon, hdr, size) == 0);
 		for (uint32_t i = 0; i < layers; i++) {
-			int ok = kvl__obj_layer_ok(hdr, i, sums[i]);
+			uint8_t *f = fields + fb * i;
+			int ok = kvl__obj_layer_ok(hdr, i, f);
 			CHECK(unsummed ? ok == KVL_ECORRUPT : ok == 0);
-			CHECK(kvl__obj_layer_ok(hdr, i, ~sums[i]) ==
-			      KVL_ECORRUPT);
+			f[0] ^= 1;
+			CHECK(kvl__obj_layer_ok(hdr, i, f) == KVL_ECORRUPT);
 		}
 	}
-	free(sums);
+	free(fields);
 	free(canon);
 	free(hdr);
 }
@@ -124,7 +163,9 @@ struct fixture {
 	uint8_t *mem;
 	kvl_layout *l;
 	int kv, swa;
-	kvl_store *st;
+	kvl_store *st;  /* unkeyed */
+	kvl_store *sst; /* with secret A */
+	kvl__mac *b;    /* secret B */
 };
 
 static struct fixture f;
@@ -134,6 +175,8 @@ static struct fixture f;
 static void fixture_free(void)
 {
 	kvl_store_close(f.st);
+	kvl_store_close(f.sst);
+	kvl__mac_free(f.b);
 	kvl_layout_free(f.l);
 	free(f.mem);
 }
@@ -166,6 +209,19 @@ static struct fixture *fixture(void)
 	CHECK(kvl_layout_finalize(f.l) == 0);
 	CHECK(kvl_store_open("mem:?capacity=1MiB&verify=1", &f.st, NULL,
 	                     0) == 0);
+	/* The keyed store's secret file lives only until it is open. */
+	char path[] = "/tmp/fuzz_obj_header.XXXXXX", uri[128];
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	CHECK(write(fd, secret_a, strlen(secret_a)) ==
+	      (ssize_t)strlen(secret_a));
+	close(fd);
+	snprintf(uri, sizeof uri,
+	         "mem:?capacity=1MiB&verify=1&secret_file=%s", path);
+	int rc = kvl_store_open(uri, &f.sst, NULL, 0);
+	unlink(path);
+	CHECK(rc == 0 && kvl__store_mac(f.sst));
+	f.b = test_key(secret_b);
 	return &f;
 }
 
@@ -195,6 +251,8 @@ static void stored_page(const uint8_t *d, size_t n)
 	                          : pool == f->swa ? 2 : (d[0] >> 2) % LAYERS;
 	uint16_t new_len = (uint16_t)(d[1] | d[2] << 8);
 	int resize = d[3] & 1;
+	kvl_store *st = d[3] & 2 ? f->sst : f->st;
+	const kvl__mac *mk = kvl__store_mac(st);
 	d += 4;
 	n -= 4;
 
@@ -214,9 +272,9 @@ static void stored_page(const uint8_t *d, size_t n)
 	CHECK(kvl_layout_key(f->l, pool, &page, key, sizeof key) == 0);
 	const char *kp = key;
 	int res = -100;
-	CHECK(kvl_store_remove(f->st, &kp, 1, &res) == 0);
+	CHECK(kvl_store_remove(st, &kp, 1, &res) == 0);
 	size_t zero = 0;
-	CHECK(kvl_pages_put(f->st, f->l, pool, &page, &zero, 1, &res) == 0);
+	CHECK(kvl_pages_put(st, f->l, pool, &page, &zero, 1, &res) == 0);
 	CHECK(res == KVL_PUT_STORED);
 
 	/* Read the object, damage it, store it again. */
@@ -228,7 +286,7 @@ static void stored_page(const uint8_t *d, size_t n)
 	kvl_range rg = {.offset = 0, .addr = obj, .len = osize};
 	size_t one = 1;
 	int got = -100;
-	CHECK(kvl_store_get(f->st, &kp, 1, &rg, &one, &got) == 0);
+	CHECK(kvl_store_get(st, &kp, 1, &rg, &one, &got) == 0);
 	CHECK(got == 0);
 	size_t len = resize ? new_len : osize;
 	for (size_t i = 0; i + 3 <= n; i += 3) {
@@ -236,10 +294,10 @@ static void stored_page(const uint8_t *d, size_t n)
 		if (len && d[i + 2])
 			obj[off % len] ^= d[i + 2];
 	}
-	CHECK(kvl_store_remove(f->st, &kp, 1, &res) == 0 && res == 1);
+	CHECK(kvl_store_remove(st, &kp, 1, &res) == 0 && res == 1);
 	kvl_iov whole = {obj, len};
 	res = -100;
-	CHECK(kvl_store_put(f->st, &kp, 1, &whole, &one, &res) == 0);
+	CHECK(kvl_store_put(st, &kp, 1, &whole, &one, &res) == 0);
 	if (res != KVL_PUT_STORED) { /* e.g. an empty object refused */
 		CHECK(res < 0);
 		free(obj);
@@ -248,7 +306,7 @@ static void stored_page(const uint8_t *d, size_t n)
 
 	size_t slot = 1;
 	res = -100;
-	CHECK(kvl_pages_get(f->st, f->l, pool, &page, &slot, 1, layer,
+	CHECK(kvl_pages_get(st, f->l, pool, &page, &slot, 1, layer,
 	                    &res) == 0);
 	CHECK(res == 0 || res == KVL_ECORRUPT || res == KVL_ENOTFOUND);
 	/* The same object checked as the GPU paths check it, its bytes
@@ -265,9 +323,17 @@ static void stored_page(const uint8_t *d, size_t n)
 		                     : 0;
 		const char *why = NULL;
 		int rc = kvl__read_check(p, &page, &rd, result, obj,
-		                         obj + rd.offset, 0, 1, &why);
+		                         obj + rd.offset, 0, 1, mk, &why);
 		CHECK(rc == res);
 		CHECK(rc == 0 || (why && why[0]));
+		/* Keyed: never valid to a reader with another key or none;
+		 * unkeyed: never valid to a reader with a key. */
+		CHECK(kvl__read_check(p, &page, &rd, result, obj,
+		                      obj + rd.offset, 0, 1, f->b, NULL) != 0);
+		if (mk)
+			CHECK(kvl__read_check(p, &page, &rd, result, obj,
+			                      obj + rd.offset, 0, 1, NULL,
+			                      NULL) != 0);
 	}
 	if (res == 0) {
 		/* The header is intact: the object is this page's. */
@@ -311,6 +377,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (data[0] & 1)
 		stored_page(data + 1, size - 1);
 	else
-		raw_header(data + 1, size - 1);
+		raw_header(data + 1, size - 1, data[0] & 2);
 	return 0;
 }

@@ -105,8 +105,9 @@ KVL_API const char *kvl_version(void);
 
 /* 1 if this build of kvlink has optional feature `name`, else 0. Names: "cuda"
  * (built with GPU copies), "cuda-device" (built with them and a CUDA device
- * is usable in this process now), "redis" (redis:// store). Unknown names
- * give 0. Thread-safe. */
+ * is usable in this process now), "redis" (redis:// store), "mac" (objects
+ * keyed with a store secret: the secret_file option of kvl_store_open).
+ * Unknown names give 0. Thread-safe. */
 KVL_API int kvl_has_feature(const char *name);
 
 /* The handles and the page hash, described in their sections below. */
@@ -602,6 +603,17 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  * failed with KVL_EIO or KVL_ETIMEDOUT, calls fail at once with KVL_EIO
  * until a background probe reaches the store; default 3 on redis:// and
  * mooncake://, 0 (off) elsewhere) and breaker_ms (the first back-off, 100).
+ * Every scheme takes secret_file=PATH: a file of 16 to 4096 secret bytes
+ * (one trailing newline is not part of it), read once at open. Without the
+ * option the file named by the environment variable KVL_SECRET_FILE is
+ * used (when set and not empty); the option wins. With a secret, every
+ * object written is sealed with MACs (one-time Poly1305 keys derived from
+ * the secret and a random per-object nonce) and every read checks them: an object written
+ * without this secret, with another one, or rewritten by whoever can write
+ * the store but lacks the secret, reads as KVL_ECORRUPT, never as valid.
+ * A store without a secret refuses keyed objects the same way. The trusted
+ * embedded store (mem: without verify=1) reads the file but keeps using no
+ * sums: its objects never leave the process. See docs/reliability.md.
  * Stores are thread-safe: any number of threads may call any function on one
  * store at once, except kvl_store_close. */
 
@@ -636,8 +648,10 @@ typedef struct kvl_store_stats {
  * out     [out] the store; close it with kvl_store_close.
  * errbuf  optional buffer of errlen bytes for the reason of a failure.
  * Errors: KVL_EPARSE (malformed URI or option), KVL_ENOTSUP (unknown scheme
- * or a backend this build lacks), KVL_EIO (backend unreachable), KVL_ENOMEM.
- * Thread-safe. */
+ * or a backend this build lacks), KVL_EIO (backend unreachable; a secret
+ * file that cannot be opened or read), KVL_EINVAL (a secret file that is
+ * not a regular file, is empty, too short or too long: the message names
+ * the path, never the secret), KVL_ENOMEM. Thread-safe. */
 KVL_API int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
                            size_t errlen);
 
@@ -759,9 +773,10 @@ KVL_API int kvl_store_remove(kvl_store *store, const char *const *keys,
  * version, the pool fingerprint bound to the rank shard (so an object of
  * another shard never passes, even under this shard's key), the page hash,
  * the payload length and one checksum per layer (objects written to a
- * trusted store say they carry none). kvl_pages_get checks the header
- * always, and the checksums of the layers it reads when the store is not
- * trusted (see the store's verify option). A page that fails a check is
+ * trusted store say they carry none); with a store secret the checksums are
+ * MACs and the header carries its own (see kvl_store_open). kvl_pages_get
+ * checks the header always, and the checksums of the layers it reads when
+ * the store is not trusted (see the store's verify option). A page that fails a check is
  * not valid: its result is KVL_ECORRUPT (the slot may have been written;
  * treat it as garbage). */
 

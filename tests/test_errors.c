@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/codec.h"
 #include "kvlink.h"
 #include "store/fault.h"
 
@@ -683,6 +684,82 @@ static int r_uri_many(void)
 	return open_uri(uri);
 }
 static int r_uri_unknown_option(void) { return open_uri("mem:?capasity=1G"); }
+
+/* A secret file holding `len` bytes of `data`, in a new temporary path
+ * (static; removed at exit by secret_cleanup). */
+static char g_secret_dir[64];
+
+static void secret_cleanup(void)
+{
+	char cmd[128];
+	if (g_secret_dir[0]) {
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_secret_dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", g_secret_dir);
+	}
+}
+
+static const char *secret_path(const char *name, const void *data,
+                               size_t len)
+{
+	static char path[8][128];
+	static unsigned next;
+	if (!g_secret_dir[0]) {
+		snprintf(g_secret_dir, sizeof g_secret_dir,
+		         "/tmp/kvl-errors.XXXXXX");
+		ASSERT_TRUE(mkdtemp(g_secret_dir) != NULL);
+		atexit(secret_cleanup);
+	}
+	char *p = path[next++ % 8];
+	snprintf(p, sizeof path[0], "%s/%s", g_secret_dir, name);
+	if (data) {
+		FILE *f = fopen(p, "wb");
+		ASSERT_TRUE(f != NULL);
+		ASSERT_EQ(fwrite(data, 1, len, f), len);
+		ASSERT_EQ(fclose(f), 0);
+	}
+	return p;
+}
+
+#define SECRET_A "engine A's secret, 32 bytes long"
+#define SECRET_B "engine B's secret, 32 bytes long"
+
+static int open_secret(const char *scheme, const char *path)
+{
+	char uri[256];
+	snprintf(uri, sizeof uri, "%s?secret_file=%s", scheme, path);
+	return open_uri(uri);
+}
+static int r_secret_missing(void)
+{
+	return open_secret("fault+mem:", secret_path("missing", NULL, 0));
+}
+static int r_secret_directory(void)
+{
+	secret_path("x", NULL, 0); /* makes the directory */
+	return open_secret("fault+mem:", g_secret_dir);
+}
+static int r_secret_empty(void)
+{
+	return open_secret("fault+mem:", secret_path("empty", "\n", 1));
+}
+static int r_secret_short(void)
+{
+	return open_secret("fault+mem:", secret_path("short", "tiny", 4));
+}
+static int r_secret_long(void)
+{
+	static char big[4097];
+	memset(big, 's', sizeof big);
+	return open_secret("mem:", secret_path("long", big, sizeof big));
+}
+static int r_secret_env_missing(void)
+{
+	setenv("KVL_SECRET_FILE", secret_path("missing", NULL, 0), 1);
+	int rc = open_uri("fault+mem:");
+	unsetenv("KVL_SECRET_FILE");
+	return rc;
+}
 static int r_uri_unknown_scheme(void) { return open_uri("s3://bucket/kv"); }
 static int r_uri_redis_missing(void)
 {
@@ -1113,6 +1190,68 @@ static void prep_unsummed(kvl_store *s, eng *e)
 	copy_object(s, e, 1, 0, "mem:"); /* trusted: written without sums */
 }
 
+/* Page 1's object written through a fault store with `secret` (NULL:
+ * none), planted in s; `forge` rewrites a payload byte and recomputes
+ * every unkeyed checksum first. */
+static void plant_sealed(kvl_store *s, eng *e, const char *secret,
+                         int forge)
+{
+	char uri[256] = "fault+mem:";
+	if (secret)
+		snprintf(uri, sizeof uri, "fault+mem:?secret_file=%s",
+		         secret_path(secret[7] == 'A' ? "a" : "b", secret,
+		                     strlen(secret)));
+	kvl_store *from = open_ok(uri);
+	kvl_hash h1 = page_n(1);
+	put_page(from, e, &h1);
+	size_t size = 0, hdr = 0;
+	kvl_layout_object_size(e->l, e->kv, &size, &hdr);
+	uint8_t *obj = malloc(size);
+	char key[KVL_KEY_MAX];
+	kvl_layout_key(e->l, e->kv, &h1, key, sizeof key);
+	const char *k[1] = {key};
+	kvl_range r = {0, obj, size};
+	size_t one = 1;
+	int got;
+	ASSERT_TRUE(obj != NULL);
+	ASSERT_CODE(kvl_store_get(from, k, 1, &r, &one, &got), KVL_OK);
+	ASSERT_CODE(got, 0);
+	if (forge) {
+		uint32_t layers[16];
+		size_t n = 0;
+		kvl_layout_pool_layers(e->l, e->kv, layers, 16, &n);
+		obj[hdr] ^= 1;
+		for (size_t i = 0; i < n; i++) {
+			size_t off, len;
+			kvl_layout_layer_range(e->l, e->kv, layers[i], &off,
+			                       &len);
+			kvl__checksum(obj + off, len, KVL__CHECKSUM_SEED,
+			              obj + 88 + 16 * i);
+		}
+		kvl__checksum(obj, 88 + 16 * n, KVL__CHECKSUM_SEED,
+		              obj + 88 + 16 * n);
+	}
+	kvl_iov pc = {obj, size};
+	int res;
+	ASSERT_CODE(kvl_store_put(s, k, 1, &pc, &one, &res), KVL_OK);
+	ASSERT_TRUE(res >= 0);
+	free(obj);
+	kvl_store_close(from);
+}
+
+static void prep_secret_a(kvl_store *s, eng *e)
+{
+	plant_sealed(s, e, SECRET_A, 0);
+}
+static void prep_secret_a_forged(kvl_store *s, eng *e)
+{
+	plant_sealed(s, e, SECRET_A, 1);
+}
+static void prep_no_secret(kvl_store *s, eng *e)
+{
+	plant_sealed(s, e, NULL, 0);
+}
+
 static void prep_fail_get(kvl_store *s, eng *e)
 {
 	kvl_hash h = page_n(1);
@@ -1141,6 +1280,30 @@ static int r_pages_truncated(void)
 static int r_pages_unsummed(void)
 {
 	return pages_get_after("mem:?verify=1", prep_unsummed);
+}
+static const char *uri_secret(const char *secret)
+{
+	static char uri[256];
+	snprintf(uri, sizeof uri, "fault+mem:?secret_file=%s",
+	         secret_path(secret[7] == 'A' ? "a" : "b", secret,
+	                     strlen(secret)));
+	return uri;
+}
+static int r_pages_other_secret(void)
+{
+	return pages_get_after(uri_secret(SECRET_B), prep_secret_a);
+}
+static int r_pages_keyed_no_secret(void)
+{
+	return pages_get_after("fault+mem:", prep_secret_a);
+}
+static int r_pages_unkeyed_secret(void)
+{
+	return pages_get_after(uri_secret(SECRET_A), prep_no_secret);
+}
+static int r_pages_forged(void)
+{
+	return pages_get_after(uri_secret(SECRET_A), prep_secret_a_forged);
 }
 static int r_pages_store_fails(void)
 {
@@ -1986,6 +2149,12 @@ static const row rows[] = {
 	R("uri.tenant", r_uri_tenant),
 	R("uri.tenant-mem", r_uri_tenant_mem),
 	R("uri.out-null", r_uri_out_null),
+	R("secret.missing", r_secret_missing),
+	R("secret.directory", r_secret_directory),
+	R("secret.empty", r_secret_empty),
+	R("secret.short", r_secret_short),
+	R("secret.long", r_secret_long),
+	R("secret.env-missing", r_secret_env_missing),
 	R("mem.size", r_mem_size),
 	R("mem.size-overflow", r_mem_size_overflow),
 	R("mem.capacity-zero", r_mem_capacity_zero),
@@ -2030,6 +2199,10 @@ static const row rows[] = {
 	R("pages.other-page", r_pages_other_page),
 	R("pages.truncated", r_pages_truncated),
 	R("pages.unsummed", r_pages_unsummed),
+	R("pages.other-secret", r_pages_other_secret),
+	R("pages.keyed-no-secret", r_pages_keyed_no_secret),
+	R("pages.unkeyed-secret", r_pages_unkeyed_secret),
+	R("pages.forged", r_pages_forged),
 	R("pages.store-fails", r_pages_store_fails),
 	R("pages.slot", r_pages_slot),
 	R("pages.layer", r_pages_layer),

@@ -3,13 +3,17 @@
  * event, lookup, layer-wise load with CPU and stream-ordered waits, bytes
  * checked on the host; a load started after an engine event while a kernel
  * still reads the slots; a page evicted between lookup and load; stores
- * without peek, read through the pinned ring; the copy kernel on
- * chunks of every shape. Skips (exit 77) in builds without CUDA or on
+ * without peek, read through the pinned ring; stores with a secret
+ * (secret_file): keyed objects through the ring (layer by layer and whole)
+ * and in place, and never valid to a linker whose store has another
+ * secret or none; the copy kernel on chunks of every shape. Skips (exit
+ * 77) in builds without CUDA or on
  * machines without a usable GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvl_config.h"
 #include "kvlink.h"
@@ -294,6 +298,95 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	cudaStreamDestroy(s);
 }
 
+/* Secret files A and B, made once. */
+static char secret_a[64], secret_b[64];
+
+static void make_secrets(void)
+{
+	const char *v[2] = {"GPU test secret A, 0123456789abcdef",
+	                    "GPU test secret B, 0123456789abcdef"};
+	char *p[2] = {secret_a, secret_b};
+	for (int i = 0; i < 2; i++) {
+		snprintf(p[i], sizeof secret_a, "/tmp/kvl-gpu-secret.XXXXXX");
+		int fd = mkstemp(p[i]);
+		EXPECT_TRUE(fd >= 0);
+		if (fd < 0)
+			continue;
+		FILE *f = fdopen(fd, "w");
+		fputs(v[i], f);
+		fclose(f);
+	}
+}
+
+/* Offloads through a store with secret A (`wuri`), copies the objects raw
+ * into store `ruri` (secret B, or none) and loads there: no page is valid
+ * (KVL_ECORRUPT); with A again every page is. */
+static void other_secret(kvl_layout *l, const char *wuri, const char *ruri)
+{
+	printf("keyed %s, read by %s\n", wuri, ruri);
+	char err[256] = "";
+	kvl_store *w = NULL, *r = NULL;
+	kvl_linker *wl = NULL, *rl = NULL;
+	EXPECT_CODE_MSG(kvl_store_open(wuri, &w, err, sizeof err), 0, "%s: %s",
+	                wuri, err);
+	EXPECT_CODE_MSG(kvl_store_open(ruri, &r, err, sizeof err), 0, "%s: %s",
+	                ruri, err);
+	if (!w || !r)
+		goto out;
+	EXPECT_CODE_MSG(kvl_linker_open(w, l, NULL, &wl, err, sizeof err), 0,
+	                "%s", err);
+	EXPECT_CODE_MSG(kvl_linker_open(r, l, NULL, &rl, err, sizeof err), 0,
+	                "%s", err);
+	if (!wl || !rl)
+		goto out;
+	kvl_hash pages[PAGES];
+	size_t src[PAGES], dst[PAGES];
+	make_pages(pages, src, dst, 0x99);
+	cudaStream_t s;
+	cudaStreamCreate(&s);
+	cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
+	const size_t *sl[1] = {src};
+	kvl_completion c;
+	EXPECT_RC(wl, kvl_linker_offload(wl, 1, pages, PAGES, sl, NULL), 0);
+	collect(wl, 1, &c);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s: offload: %s", wuri,
+	              kvl_err_name(c.status));
+	size_t size;
+	kvl_layout_object_size(l, 0, &size, NULL);
+	uint8_t *obj = malloc(size);
+	for (size_t i = 0; obj && i < PAGES; i++) {
+		char key[KVL_KEY_MAX];
+		kvl_layout_key(l, 0, &pages[i], key, sizeof key);
+		const char *kp = key;
+		kvl_range whole = {0, obj, size};
+		kvl_iov piece = {obj, size};
+		size_t one = 1;
+		int got = -100, res = -100;
+		kvl_store_get(w, &kp, 1, &whole, &one, &got);
+		EXPECT_CODE(got, 0);
+		kvl_store_put(r, &kp, 1, &piece, &one, &res);
+		EXPECT_CODE(res, KVL_PUT_STORED);
+	}
+	free(obj);
+	c = load_all(rl, 2, pages, dst, s);
+	EXPECT_CODE_MSG(c.status, KVL_ECORRUPT, "%s: %zu valid", ruri,
+	                c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, 0, "%s: %s", ruri,
+	              kvl_err_name(c.status));
+	c = load_all(wl, 3, pages, dst, s);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s: load: %s", wuri,
+	              kvl_err_name(c.status));
+	for (size_t i = 0; i < PAGES; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS), "%s: page %zu",
+		                wuri, i);
+	cudaStreamDestroy(s);
+out:
+	kvl_linker_close(wl);
+	kvl_linker_close(rl);
+	kvl_store_close(w);
+	kvl_store_close(r);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -518,6 +611,32 @@ int main(void)
 	through_store(l, "fault+mem:?capacity=256MiB", 3);
 	through_store(l, "fault+mem:?capacity=256MiB&fault.whole_reads=1", 0);
 	through_store(l, "fault+mem:?capacity=256MiB&fault.whole_reads=1", 3);
+
+	/* With a secret: the ring path (layer by layer, whole objects) and
+	 * the in-place path check MACs; another secret, or none, loads
+	 * nothing. */
+	make_secrets();
+	char ua[160], ub[160], uw[200], un[160];
+	snprintf(ua, sizeof ua, "fault+mem:?capacity=256MiB&secret_file=%s",
+	         secret_a);
+	snprintf(ub, sizeof ub, "fault+mem:?capacity=256MiB&secret_file=%s",
+	         secret_b);
+	snprintf(uw, sizeof uw, "%s&fault.whole_reads=1", ua);
+	snprintf(un, sizeof un, "fault+mem:?capacity=256MiB");
+	through_store(l, ua, 0);
+	through_store(l, ua, 3);
+	through_store(l, uw, 3);
+	other_secret(l, ua, ub);
+	other_secret(l, ua, un);
+	other_secret(l, uw, ub);
+	snprintf(uw, sizeof uw,
+	         "mem:?capacity=256MiB&verify=1&secret_file=%s", secret_a);
+	through_store(l, uw, 3);
+	snprintf(ub, sizeof ub,
+	         "mem:?capacity=256MiB&verify=1&secret_file=%s", secret_b);
+	other_secret(l, uw, ub);
+	unlink(secret_a);
+	unlink(secret_b);
 
 	kvl_linker_close(lk);
 	kvl_store_close(st);

@@ -795,7 +795,7 @@ static void test_object_size_and_ranges(void **state)
 	assert_int_equal(kvl_layout_object_size(l, 0, &size, &hdr), KVL_OK);
 	assert_int_equal(hdr, kvl__obj_header_size(3));
 	assert_int_equal(hdr % 64, 0);
-	assert_true(hdr >= 72 + 8 * 3 + 8);
+	assert_true(hdr >= 88 + 16 * 3 + 16);
 	assert_int_equal(size, hdr + 3 * (128 + 256));
 	assert_int_equal(kvl_layout_object_size(l, 0, NULL, NULL), KVL_OK);
 	size_t only = 0;
@@ -1343,31 +1343,36 @@ static const uint8_t FP_A[KVL__FP_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8,
  * is caught by the check of its own field. */
 static void reseal(uint8_t *hdr, uint32_t n_layers)
 {
-	size_t body = 72 + 8 * (size_t)n_layers;
-	kvl__put_u64le(hdr + body, kvl__checksum(hdr, body,
-	                                         KVL__CHECKSUM_SEED));
+	size_t body = 88 + 16 * (size_t)n_layers;
+	kvl__checksum(hdr, body, KVL__CHECKSUM_SEED, hdr + body);
+}
+
+/* Layer i's made-up integrity field. */
+static void field_of(uint32_t i, uint8_t *out)
+{
+	memset(out, (int)(0x11 * (i + 1)), KVL__OBJ_FIELD);
 }
 
 static void write_header(uint8_t *hdr, const kvl__obj_id *id)
 {
-	uint64_t sums[16];
+	uint8_t fields[16 * KVL__OBJ_FIELD];
 	for (uint32_t i = 0; i < id->n_layers; i++)
-		sums[i] = 0x1111111111111111ull * (i + 1);
-	kvl__obj_header_write(hdr, id, sums);
+		field_of(i, fields + KVL__OBJ_FIELD * i);
+	assert_int_equal(kvl__obj_header_write(hdr, id, fields, NULL), 0);
 }
 
 static void expect_corrupt(const uint8_t *hdr, size_t len,
                            const kvl__obj_id *id, const char *needle)
 {
 	const char *why = NULL;
-	assert_int_equal(kvl__obj_header_check(hdr, len, id, &why),
+	assert_int_equal(kvl__obj_header_check(hdr, len, id, NULL, &why),
 	                 KVL_ECORRUPT);
 	assert_non_null(why);
 	assert_true(why[0] != '\0');
 	if (needle)
 		ASSERT_CONTAINS(why, needle);
 	/* why is optional. */
-	assert_int_equal(kvl__obj_header_check(hdr, len, id, NULL),
+	assert_int_equal(kvl__obj_header_check(hdr, len, id, NULL, NULL),
 	                 KVL_ECORRUPT);
 }
 
@@ -1377,13 +1382,14 @@ static void test_header_size(void **state)
 	for (uint32_t n = 0; n < 200; n++) {
 		size_t s = kvl__obj_header_size(n);
 		assert_int_equal(s % 64, 0);
-		assert_true(s >= 72 + 8 * (size_t)n + 8);
-		assert_true(s < 72 + 8 * (size_t)n + 8 + 64);
+		assert_true(s >= 88 + 16 * (size_t)n + 16);
+		assert_true(s < 88 + 16 * (size_t)n + 16 + 64);
 	}
 	assert_int_equal(kvl__obj_header_size(0), 128);
 	assert_int_equal(kvl__obj_header_size(1), 128);
-	assert_int_equal(kvl__obj_header_size(6), 128);
-	assert_int_equal(kvl__obj_header_size(7), 192);
+	assert_int_equal(kvl__obj_header_size(2), 192);
+	assert_int_equal(kvl__obj_header_size(5), 192);
+	assert_int_equal(kvl__obj_header_size(6), 256);
 }
 
 static void test_header_roundtrip(void **state)
@@ -1405,29 +1411,36 @@ static void test_header_roundtrip(void **state)
 		assert_memory_equal(hdr + 16, FP_A, KVL__FP_BYTES);
 		assert_memory_equal(hdr + 32, page.bytes, KVL_HASH_BYTES);
 		assert_int_equal(kvl__get_u64le(hdr + 64), 1000 + n);
-		for (size_t i = 72 + 8 * (size_t)n + 8; i < size; i++)
+		/* No key: the nonce is zero. */
+		for (size_t i = 72; i < 88; i++)
+			assert_int_equal(hdr[i], 0);
+		for (size_t i = 88 + 16 * (size_t)n + 16; i < size; i++)
 			assert_int_equal(hdr[i], 0);
 		const char *why = "untouched";
-		assert_int_equal(kvl__obj_header_check(hdr, size, &id, &why),
+		assert_int_equal(kvl__obj_header_check(hdr, size, &id, NULL,
+		                                       &why),
 		                 KVL_OK);
 		/* A longer buffer (the payload follows) is fine too. */
 		assert_int_equal(kvl__obj_header_check(hdr, sizeof hdr, &id,
-		                                       &why),
+		                                       NULL, &why),
 		                 KVL_OK);
 		for (uint32_t i = 0; i < n; i++) {
-			assert_int_equal(kvl__obj_layer_ok(
-				hdr, i, 0x1111111111111111ull * (i + 1)), 0);
-			assert_int_equal(kvl__obj_layer_ok(
-				hdr, i, 0x1111111111111111ull * (i + 2)),
-				KVL_ECORRUPT);
+			uint8_t f[KVL__OBJ_FIELD];
+			field_of(i, f);
+			assert_int_equal(kvl__obj_layer_ok(hdr, i, f), 0);
+			field_of(i + 1, f);
+			assert_int_equal(kvl__obj_layer_ok(hdr, i, f),
+			                 KVL_ECORRUPT);
 		}
 		/* Unsummed (trusted stores): a valid header whose layers no
 		 * untrusted reader accepts. */
-		kvl__obj_header_write(hdr, &id, NULL);
-		assert_int_equal(kvl__obj_header_check(hdr, size, &id, &why),
+		assert_int_equal(kvl__obj_header_write(hdr, &id, NULL, NULL), 0);
+		assert_int_equal(kvl__obj_header_check(hdr, size, &id, NULL,
+		                                       &why),
 		                 KVL_OK);
+		uint8_t zero[KVL__OBJ_FIELD] = {0};
 		for (uint32_t i = 0; i < n; i++)
-			assert_int_equal(kvl__obj_layer_ok(hdr, i, 0),
+			assert_int_equal(kvl__obj_layer_ok(hdr, i, zero),
 			                 KVL_ECORRUPT);
 	}
 }
@@ -1440,9 +1453,10 @@ static void test_header_corrupt(void **state)
 	kvl_hash page = some_hash(10), other = some_hash(11);
 	kvl__obj_id id = {.fp = FP_A, .page = &page, .payload_len = 4096,
 	                  .n_layers = n};
-	size_t size = kvl__obj_header_size(n), body = 72 + 8 * n;
+	size_t size = kvl__obj_header_size(n), body = 88 + 16 * n;
 	write_header(hdr, &id);
-	assert_int_equal(kvl__obj_header_check(hdr, size, &id, NULL), KVL_OK);
+	assert_int_equal(kvl__obj_header_check(hdr, size, &id, NULL, NULL),
+	                 KVL_OK);
 
 	/* The id it is checked against differs. */
 	uint8_t fp_b[KVL__FP_BYTES];
@@ -1477,7 +1491,7 @@ static void test_header_corrupt(void **state)
 	reseal(bad, n);
 	expect_corrupt(bad, size, &id, "version");
 	memcpy(bad, hdr, size);
-	bad[6] = 0x2; /* a flag this version does not know */
+	bad[6] = 0x4; /* a flag this version does not know */
 	reseal(bad, n);
 	expect_corrupt(bad, size, &id, "flags");
 	memcpy(bad, hdr, size);
@@ -1501,9 +1515,22 @@ static void test_header_corrupt(void **state)
 	reseal(bad, n);
 	expect_corrupt(bad, size, &id, "payload length");
 
-	/* A layer sum edited without resealing: the header checksum. */
 	memcpy(bad, hdr, size);
-	bad[72 + 8 * 2 + 3] ^= 0x10;
+	bad[6] = 0x3; /* unsummed and keyed at once */
+	reseal(bad, n);
+	expect_corrupt(bad, size, &id, "flags");
+	memcpy(bad, hdr, size);
+	bad[6] = KVL__OBJ_KEYED; /* keyed, read without a key */
+	reseal(bad, n);
+	expect_corrupt(bad, size, &id, "secret");
+	memcpy(bad, hdr, size);
+	bad[80] = 1; /* a nonce in an unkeyed header */
+	reseal(bad, n);
+	expect_corrupt(bad, size, &id, "nonce");
+
+	/* A layer field edited without resealing: the header checksum. */
+	memcpy(bad, hdr, size);
+	bad[88 + 16 * 2 + 3] ^= 0x10;
 	expect_corrupt(bad, size, &id, "checksum");
 	memcpy(bad, hdr, size);
 	bad[body] ^= 1; /* the header checksum itself */
@@ -1515,7 +1542,8 @@ static void test_header_corrupt(void **state)
 			memcpy(bad, hdr, size);
 			bad[i] ^= (uint8_t)(1u << b);
 			const char *why = NULL;
-			int rc = kvl__obj_header_check(bad, size, &id, &why);
+			int rc = kvl__obj_header_check(bad, size, &id, NULL,
+			                               &why);
 			if (rc != KVL_ECORRUPT)
 				print_error("flip of byte %zu bit %d passed\n",
 				            i, b);
@@ -1531,18 +1559,26 @@ static void test_header_corrupt(void **state)
 
 /* ================================================================ checksum */
 
+/* The low 64 bits of the codec's XXH3-128 checksum. */
+static uint64_t sum64(const void *data, size_t len, uint64_t seed)
+{
+	uint8_t out[16];
+	kvl__checksum(data, len, seed, out);
+	return kvl__get_u64le(out);
+}
+
 static void check_flips(uint8_t *buf, size_t len)
 {
 	const uint64_t seed = KVL__CHECKSUM_SEED;
-	uint64_t base = kvl__checksum(buf, len, seed);
-	assert_int_equal(kvl__checksum(buf, len, seed), base);
+	uint64_t base = sum64(buf, len, seed);
+	assert_int_equal(sum64(buf, len, seed), base);
 	if (len == 0)
 		return;
 	const size_t pos[3] = {0, len / 2, len - 1};
 	for (int i = 0; i < 3; i++) {
 		for (int b = 0; b < 8; b++) {
 			buf[pos[i]] ^= (uint8_t)(1u << b);
-			uint64_t got = kvl__checksum(buf, len, seed);
+			uint64_t got = sum64(buf, len, seed);
 			buf[pos[i]] ^= (uint8_t)(1u << b);
 			if (got == base)
 				print_error("len %zu: flip at %zu bit %d not "
@@ -1551,10 +1587,10 @@ static void check_flips(uint8_t *buf, size_t len)
 			assert_int_not_equal(got, base);
 		}
 	}
-	assert_int_equal(kvl__checksum(buf, len, seed), base);
+	assert_int_equal(sum64(buf, len, seed), base);
 	/* The seed and the length count. */
-	assert_int_not_equal(kvl__checksum(buf, len, seed + 1), base);
-	assert_int_not_equal(kvl__checksum(buf, len - 1, seed), base);
+	assert_int_not_equal(sum64(buf, len, seed + 1), base);
+	assert_int_not_equal(sum64(buf, len - 1, seed), base);
 }
 
 static void test_checksum_flips(void **state)
@@ -1569,8 +1605,8 @@ static void test_checksum_flips(void **state)
 	for (size_t len = 0; len <= 200; len++) {
 		check_flips(mem, len);
 		check_flips(mem + 1, len);
-		assert_int_equal(kvl__checksum(mem + 1, len, 7),
-		                 kvl__checksum(memcpy(mem + 4096 - 256,
+		assert_int_equal(sum64(mem + 1, len, 7),
+		                 sum64(memcpy(mem + 4096 - 256,
 		                                      mem + 1, len),
 		                               len, 7));
 	}
@@ -1584,8 +1620,8 @@ static void test_checksum_flips(void **state)
 	for (size_t len = 0; len <= 200; len++)
 		check_flips(mem, len);
 	/* Zeros of different lengths differ. */
-	assert_int_not_equal(kvl__checksum(mem, 64, 1),
-	                     kvl__checksum(mem, 128, 1));
+	assert_int_not_equal(sum64(mem, 64, 1),
+	                     sum64(mem, 128, 1));
 	free(mem);
 }
 
@@ -1610,7 +1646,11 @@ static uint64_t slot_sum2(uint8_t *x, size_t lx, uint8_t *y, size_t ly)
 	assert_int_equal(kvl_layout_add_buffer(l, pool, "y", 0, &by), 0);
 	assert_int_equal(kvl_layout_finalize(l), 0);
 	const kvl__pool *p = &l->pools[0];
-	uint64_t sum = kvl__layer_sum_slot(p, &p->layers[0], 0);
+	uint8_t hdr[128] = {0}, field[KVL__OBJ_FIELD]; /* unkeyed */
+	assert_int_equal(kvl__layer_field_slot(p, &p->layers[0], 0, hdr, NULL,
+	                                       field),
+	                 0);
+	uint64_t sum = kvl__get_u64le(field);
 	kvl_layout_free(l);
 	return sum;
 }
@@ -1635,7 +1675,7 @@ static void test_checksum_pieces(void **state)
 			size_t la = lens[i], lb = lens[j];
 			memcpy(ab, a, la);
 			memcpy(ab + la, b, lb);
-			uint64_t whole = kvl__checksum(ab, la + lb,
+			uint64_t whole = sum64(ab, la + lb,
 			                               KVL__CHECKSUM_SEED);
 			assert_int_equal(slot_sum2(a, la, b, lb), whole);
 			/* A flip in the first piece reaches the end. */

@@ -26,5 +26,7 @@ int kvl_has_feature(const char *name)
 		return kvl__dev_usable();
 	if (strcmp(name, "redis") == 0)
 		return KVL_HAVE_REDIS;
+	if (strcmp(name, "mac") == 0)
+		return 1; /* OpenSSL is always linked (core/mac.c) */
 	return 0;
 }

@@ -119,6 +119,7 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 	lk->layout = layout;
 	lk->store = store;
 	lk->caps = kvl__store_caps_of(store);
+	lk->mac = kvl__store_mac(store);
 	lk->opts = o;
 	for (size_t i = 0; i < layout->n_pools; i++) {
 		const kvl__pool *p = &layout->pools[i];

@@ -109,6 +109,7 @@ struct kvl_linker {
 	const kvl_layout *layout;
 	kvl_store *store;
 	kvl__store_caps caps;
+	const kvl__mac *mac; /* the store's key (kvl__store_mac), or NULL */
 	kvl_linker_opts opts;
 	uint32_t n_layers;
 	size_t max_comps;      /* most components of any pool */

@@ -121,7 +121,15 @@ int kvl_pages_put(kvl_store *store, const kvl_layout *layout, int pool,
 			continue;
 		}
 		uint8_t *hdr = s.hdrs + m * p->header_size;
-		kvl__write_header(p, &pages[i], slots[i], !kvl__store_caps_of(store).trusted, hdr);
+		if ((results[i] = kvl__write_header(
+			     p, &pages[i], slots[i],
+			     !kvl__store_caps_of(store).trusted,
+			     kvl__store_mac(store), hdr))) {
+			kvl__fail(kvl__store_errp(store), results[i],
+			          "pages_put: cannot seal page %zu (no random "
+			          "nonce, or OpenSSL failed)", i);
+			continue;
+		}
 		s.counts[m] = kvl__write_pieces(p, hdr, slots[i], iov + n_iov);
 		n_iov += s.counts[m];
 		char *key = s.keys + m * KVL_KEY_MAX;
@@ -190,7 +198,9 @@ int kvl_pages_get(kvl_store *store, const kvl_layout *layout, int pool,
 		}
 		results[i] = kvl__read_check(p, &pages[i], &rd, res,
 		                             s.hdrs + j * p->header_size, NULL,
-		                             slots[i], !kvl__store_caps_of(store).trusted, &why);
+		                             slots[i],
+		                             !kvl__store_caps_of(store).trusted,
+		                             kvl__store_mac(store), &why);
 		if (results[i])
 			kvl__fail(kvl__store_errp(store), results[i],
 			          "pages_get: page %zu ('%s'): %s", i,

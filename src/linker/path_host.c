@@ -62,7 +62,8 @@ static int load_flush(kvl_linker *lk, lk_io *io, uint32_t layer)
 		                              lk->caps.whole_reads);
 		int err = kvl__read_check(p, &r->pages[it->page], &rd,
 		                          rc ? rc : io->res[k], it->hdr, NULL,
-		                          it->slot, !lk->caps.trusted, NULL);
+		                          it->slot, !lk->caps.trusted, lk->mac,
+		                          NULL);
 		if (err) {
 			kvl__lk_req_fail(r, it->page, err);
 			if (!first)
@@ -107,8 +108,15 @@ static void host_offload(kvl_linker *lk, lk_req *r, lk_item **items,
 		lk_item *it = items[k];
 		const kvl__pool *p = kvl__lk_pool(lk, it->pool);
 		uint8_t *hdr = io->hdrs + io->m * lk->max_header;
-		kvl__write_header(p, &r->pages[it->page], it->slot,
-		                  !lk->caps.trusted, hdr);
+		int err = kvl__write_header(p, &r->pages[it->page], it->slot,
+		                            !lk->caps.trusted, lk->mac, hdr);
+		if (err) {
+			kvl__fail(&lk->err, err, "offload: cannot seal page %u "
+			          "(no random nonce, or OpenSSL failed)",
+			          it->page);
+			kvl__lk_req_fail(r, it->page, err);
+			continue;
+		}
 		size_t c = kvl__write_pieces(p, hdr, it->slot, iov + io->used);
 		kvl__lk_io_add(io, r, it, c);
 	}

@@ -43,7 +43,7 @@ static int ring_flush(kvl_linker *lk, uint32_t layer, lk_gather *gt)
 		const uint8_t *span = rg[io->counts[k] - 1].addr;
 		int err = kvl__read_check(p, &r->pages[it->page], &rd,
 		                          rc ? rc : io->res[k], it->hdr, span, 0,
-		                          !lk->caps.trusted, NULL);
+		                          !lk->caps.trusted, lk->mac, NULL);
 		if (err) {
 			kvl__lk_req_fail(r, it->page, err);
 			if (!first)
@@ -144,8 +144,11 @@ static void ring_offload(kvl_linker *lk, lk_req *r, lk_item **items,
 				kvl__lk_req_fail(r, items[k]->page, err);
 				continue;
 			}
-			kvl__write_seal(p, &r->pages[items[k]->page],
-			                !lk->caps.trusted, obj);
+			if (kvl__write_seal(p, &r->pages[items[k]->page],
+			                    !lk->caps.trusted, lk->mac, obj)) {
+				kvl__lk_req_fail(r, items[k]->page, KVL_EIO);
+				continue;
+			}
 			iov[io->used] = (kvl_iov){.addr = obj,
 			                          .len = p->object_size};
 			kvl__lk_io_add(io, r, items[k], 1);

@@ -42,7 +42,8 @@ static int view_check(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
 		                 "need mem:?pinned=1");
 	kvl__read rd = kvl__read_plan(p, ly, 0);
 	return kvl__read_check(p, &r->pages[it->page], &rd, 0, v->data,
-	                       v->data + rd.offset, 0, !lk->caps.trusted, NULL);
+	                       v->data + rd.offset, 0, !lk->caps.trusted,
+	                       lk->mac, NULL);
 }
 
 /* Gathers layer ly of an item whose object is held in it->view. */
@@ -200,8 +201,13 @@ static void grp_finish(kvl_linker *lk, lk_req *r, lk_item **items, off_grp *g)
 			continue;
 		}
 		const kvl__pool *p = kvl__lk_pool(lk, items[k]->pool);
-		kvl__write_seal(p, &r->pages[items[k]->page], !lk->caps.trusted,
-		                (uint8_t *)vk->data);
+		if (kvl__write_seal(p, &r->pages[items[k]->page],
+		                    !lk->caps.trusted, lk->mac,
+		                    (uint8_t *)vk->data)) {
+			kvl__store_abort(lk->store, vk);
+			kvl__lk_req_fail(r, items[k]->page, KVL_EIO);
+			continue;
+		}
 		kvl__lk_count_put(lk, r, items[k],
 		                  kvl__store_commit(lk->store, items[k]->key, vk));
 	}

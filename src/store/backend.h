@@ -12,6 +12,7 @@
 #ifndef KVL_BACKEND_H
 #define KVL_BACKEND_H
 
+#include "core/mac.h"
 #include "store/store.h"
 #include "store/uri.h"
 
@@ -56,6 +57,12 @@ int kvl__batch_runs(const kvl__batch *b,
                     int (*skip)(void *ctx, const kvl__batch *b, size_t i),
                     int (*fn)(void *ctx, const kvl__batch *run), void *ctx);
 
+/* Opens the store that a wrapping backend wraps: kvl_store_open, but the
+ * store takes no secret (neither secret_file nor KVL_SECRET_FILE: the
+ * wrapper's own handle holds the key and does the checks). */
+int kvl__store_open_wrapped(const char *uri, kvl_store **out, char *errbuf,
+                            size_t errlen);
+
 /* The door's own batch call: checks b's arrays and keys as kvl_store_*
  * do, then runs the backend. For backends that wrap another store. */
 int kvl__store_call(kvl_store *store, const kvl__batch *b);
@@ -99,6 +106,7 @@ struct kvl_store {
 	struct kvl__breaker *breaker; /* NULL: off (breaker=0) */
 	char tenant[KVL__TENANT_MAX + 8]; /* "kvl1:<tenant>:", or "" */
 	size_t tenant_len;
+	kvl__mac *mac; /* the secret_file's key, or NULL; loaded at open */
 	kvl__err err;
 	/* Written by the backend's open, then immutable: an option it
 	 * accepted but cannot honour here ("" if none), which

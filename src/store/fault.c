@@ -8,9 +8,11 @@
  *   fault+mem:?capacity=1GiB&fault.error=0.05&fault.seed=7
  *   fault+redis://127.0.0.1:7000?fault.latency_ms=5
  * Open rebuilds the inner URI (scheme without "fault+", "//authority" if
- * there was one, the path, and every option not starting with "fault.") and
- * opens it with kvl_store_open, so "fault+fault+mem:" nests; all fault.*
- * options belong to the outermost fault store. Options (probabilities are
+ * there was one, the path, and every option not starting with "fault."
+ * but secret_file) and opens it with kvl__store_open_wrapped (no secret:
+ * this store's handle holds the key and seals and checks), so
+ * "fault+fault+mem:" nests; all fault.* options belong to the outermost
+ * fault store. Options (probabilities are
  * reals in [0, 1]):
  *   fault.error=P        per key: KVL_EIO, nothing of the key read/written
  *   fault.corrupt=P      per key, get: flip one random bit of the bytes just
@@ -475,7 +477,7 @@ static char *fault_inner_uri(kvl__uri *uri)
 	for (size_t i = 0; i < uri->n_opts; i++) {
 		const char *k = uri->keys[i], *v = NULL;
 		if (strncmp(k, FAULT_OPT_PREFIX, FAULT_OPT_PREFIX_LEN) == 0 ||
-		    uri->used[i]) /* fault.*, or the door's (breaker=) */
+		    uri->used[i]) /* fault.*, or the door's (breaker=, secret_file=) */
 			continue;
 		kvl__uri_str(uri, k, &v); /* marks it used */
 		p += sprintf(p, "%c%s=%s", sep, k, v);
@@ -508,7 +510,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	if (!inner_uri)
 		return kvl__fail_buf(errbuf, errlen, KVL_ENOMEM,
 		                     "fault store: out of memory");
-	rc = kvl_store_open(inner_uri, &inner, errbuf, errlen);
+	rc = kvl__store_open_wrapped(inner_uri, &inner, errbuf, errlen);
 	free(inner_uri);
 	if (rc < 0)
 		return rc;

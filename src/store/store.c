@@ -12,6 +12,12 @@
  * Nothing outside src/store/ calls a backend's operations: the linker's
  * in-place loads and offloads go through kvl__store_peek and its siblings.
  *
+ * The door also owns the store's key: the secret file named by the URI's
+ * secret_file option (read here, before the backend opens, so no backend
+ * sees the option), else by KVL_SECRET_FILE; kvl__store_mac hands it to the
+ * codec's callers, NULL for trusted stores. A wrapper's inner store is
+ * opened with kvl__store_open_wrapped and holds no key.
+ *
  * Threads: a store handle is immutable after kvl_store_open apart from its
  * error message (guarded by its own mutex in kvl__err) and the backend's own
  * state (guarded by the backend). kvl_store_close must not race any call.
@@ -99,8 +105,35 @@ static int store_unknown_scheme(const char *scheme, char *errbuf,
 
 static int store_probe(void *ctx);
 
-int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
-                   size_t errlen)
+/* The store's key: from the URI's secret_file, else from the file
+ * KVL_SECRET_FILE names (when set and not empty), else none. Every store
+ * takes the option and checks the file; trusted ones never use the key
+ * (kvl__store_mac). */
+static int store_secret(kvl__uri *u, kvl__mac **out, char *errbuf,
+                        size_t errlen)
+{
+	const char *path = NULL;
+	*out = NULL;
+	if (kvl__uri_str(u, "secret_file", &path) == 0) {
+		path = getenv("KVL_SECRET_FILE");
+		if (!path || !*path)
+			return 0;
+		int rc = kvl__mac_load(path, out, errbuf, errlen);
+		if (rc < 0) {
+			char m[KVL__ERRMSG_MAX];
+			snprintf(m, sizeof m, "%s", errbuf);
+			kvl__fail_buf(errbuf, errlen, rc, "KVL_SECRET_FILE: %s",
+			              m);
+		}
+		return rc;
+	}
+	return kvl__mac_load(path, out, errbuf, errlen);
+}
+
+/* kvl_store_open; `wrapped`: the store a wrapper wraps, which takes no
+ * secret (the wrapper's door seals and checks). */
+static int store_open(const char *uri, kvl_store **out, char *errbuf,
+                      size_t errlen, int wrapped)
 {
 	char msg[KVL__ERRMSG_MAX] = "";
 	kvl__uri u;
@@ -159,6 +192,8 @@ int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
 			                                 sizeof s->tenant,
 			                                 "kvl1:%s:", tenant);
 	}
+	if (rc >= 0 && !wrapped)
+		rc = store_secret(&u, &s->mac, msg, sizeof msg);
 	if (rc < 0)
 		goto fail_store;
 	rc = ops->open(s, &u, &s->impl, &s->caps, msg, sizeof msg);
@@ -187,6 +222,7 @@ int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
 	return 0;
 
 fail_store:
+	kvl__mac_free(s->mac);
 	kvl__err_destroy(&s->err);
 	free(s);
 fail_uri:
@@ -198,12 +234,25 @@ fail_msg:
 	return kvl__fail_buf(errbuf, errlen, rc, "%s", msg);
 }
 
+int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
+                   size_t errlen)
+{
+	return store_open(uri, out, errbuf, errlen, 0);
+}
+
+int kvl__store_open_wrapped(const char *uri, kvl_store **out, char *errbuf,
+                            size_t errlen)
+{
+	return store_open(uri, out, errbuf, errlen, 1);
+}
+
 void kvl_store_close(kvl_store *store)
 {
 	if (!store)
 		return;
 	kvl__breaker_free(store->breaker); /* its prober calls the backend */
 	store->ops->close(store->impl);
+	kvl__mac_free(store->mac);
 	kvl__err_destroy(&store->err);
 	free(store);
 }
@@ -494,6 +543,11 @@ int kvl_store_remove(kvl_store *store, const char *const *keys, size_t n,
 kvl__store_caps kvl__store_caps_of(const kvl_store *store)
 {
 	return store->caps;
+}
+
+const kvl__mac *kvl__store_mac(const kvl_store *store)
+{
+	return store->caps.trusted ? NULL : store->mac;
 }
 
 int kvl__store_peek(kvl_store *store, const char *const *keys, size_t n,

@@ -31,6 +31,12 @@ typedef struct kvl__store_caps {
 
 kvl__store_caps kvl__store_caps_of(const kvl_store *store);
 
+/* The key objects in this store are sealed and checked with: the one from
+ * the store's secret_file (or KVL_SECRET_FILE), or NULL when it has none or
+ * is trusted (its objects never leave the process and carry no sums). */
+typedef struct kvl__mac kvl__mac;
+const kvl__mac *kvl__store_mac(const kvl_store *store);
+
 /* The store's message, for callers that fail on its behalf (the page
  * I/O of kvl_pages_*, whose errors the store handle reports). */
 kvl__err *kvl__store_errp(kvl_store *store);
