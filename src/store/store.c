@@ -35,6 +35,7 @@ static const kvl__store_ops *const store_backends[] = {
 	&kvl__store_fault_ops,
 #if KVL_HAVE_REDIS
 	&kvl__store_redis_ops,
+	&kvl__store_rediss_ops,
 #endif
 	&kvl__store_mooncake_ops, /* loads its library at open */
 };
@@ -45,7 +46,8 @@ static const struct {
 	const char *why;
 } store_missing[] = {
 	{ "redis", "the redis:// store is not built into this kvlink" },
-	{ "rediss", "the redis:// store is not built into this kvlink" },
+	{ "rediss", "the redis:// store (and its rediss:// over TLS) is not "
+	            "built into this kvlink" },
 };
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

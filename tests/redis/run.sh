@@ -2,7 +2,8 @@
 # run.sh MODE CMD [ARGS…] — runs CMD with throwaway Redis servers, then stops
 # them (also when CMD fails or crashes, or this script is killed).
 #
-#   MODE standalone: one server; cluster: 3 masters + 3 replicas; both.
+#   MODE standalone: one server; cluster: 3 masters + 3 replicas; both;
+#   tls: one TLS-only server; tls-cluster: 3 TLS masters; tls-both.
 #
 # CMD sees:
 #   KVL_REDIS_DIR          the servers' directory (a temp dir)
@@ -10,11 +11,17 @@
 #   KVL_REDIS_STANDALONE   127.0.0.1:PORT of the standalone server
 #   KVL_REDIS_CLUSTER      the cluster's 6 ports, masters first
 #   KVL_TEST_STORE_URI     redis:// URI of the cluster (or of the standalone
-#                          server when there is no cluster)
-# Exits with CMD's status, or 77 (skipped) without redis-server/redis-cli.
+#                          server when there is no cluster); rediss:// with
+#                          the test certificates in the tls modes
+#   KVL_REDIS_TLS          (tls modes) the directory of the certificates:
+#                          ca.crt, server.*, client.crt/.key, other-ca.crt
+#   KVL_REDIS_TLS_STANDALONE  127.0.0.1:PORT of the TLS server
+#   KVL_REDIS_TLS_CLUSTER  the TLS cluster's 3 ports
+# Exits with CMD's status, or 77 (skipped) without redis-server/redis-cli
+# (or, in the tls modes, without the openssl command).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-mode=${1:?usage: run.sh standalone|cluster|both CMD [ARGS...]}
+mode=${1:?usage: run.sh standalone|cluster|both|tls|tls-cluster|tls-both CMD [ARGS...]}
 shift
 [ $# -gt 0 ] || { echo "usage: run.sh MODE CMD [ARGS...]" >&2; exit 2; }
 for b in redis-server redis-cli; do
@@ -23,6 +30,13 @@ for b in redis-server redis-cli; do
 		exit 77
 	fi
 done
+
+case $mode in tls*)
+	if ! command -v openssl >/dev/null 2>&1; then
+		echo "skipped: the openssl command is not installed (Debian: apt-get install openssl)"
+		exit 77
+	fi
+esac
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/kvl-redis.XXXXXX") || exit 1
 export KVL_REDIS_DIR=$dir KVL_REDIS_SERVERS=$here/servers.sh
@@ -40,5 +54,22 @@ if [ "$mode" = cluster ] || [ "$mode" = both ]; then
 	uri=""
 	for p in $ports; do uri="$uri${uri:+,}127.0.0.1:$p"; done
 	export KVL_TEST_STORE_URI=redis://$uri
+fi
+if [ "$mode" = tls ] || [ "$mode" = tls-both ] || [ "$mode" = tls-cluster ]; then
+	bash "$here/servers.sh" certs "$dir" || exit 1
+	export KVL_REDIS_TLS=$dir/tls
+	opts="tls_ca=$dir/tls/ca.crt&tls_cert=$dir/tls/client.crt&tls_key=$dir/tls/client.key"
+fi
+if [ "$mode" = tls ] || [ "$mode" = tls-both ]; then
+	p=$(bash "$here/servers.sh" tls-standalone "$dir") || exit 1
+	export KVL_REDIS_TLS_STANDALONE=127.0.0.1:$p
+	export KVL_TEST_STORE_URI="rediss://127.0.0.1:$p?$opts"
+fi
+if [ "$mode" = tls-cluster ] || [ "$mode" = tls-both ]; then
+	ports=$(bash "$here/servers.sh" tls-cluster "$dir") || exit 1
+	export KVL_REDIS_TLS_CLUSTER="$ports"
+	uri=""
+	for p in $ports; do uri="$uri${uri:+,}127.0.0.1:$p"; done
+	export KVL_TEST_STORE_URI="rediss://$uri?$opts"
 fi
 "$@"
