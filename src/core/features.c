@@ -26,5 +26,7 @@ int kvl_has_feature(const char *name)
 		return kvl__dev_usable();
 	if (strcmp(name, "redis") == 0)
 		return KVL_HAVE_REDIS;
+	if (strcmp(name, "tls") == 0) /* rediss://, with the Redis store */
+		return KVL_HAVE_REDIS;
 	return 0;
 }
