@@ -592,6 +592,17 @@ typedef struct kvl_store_stats {
 KVL_API int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
                            size_t errlen);
 
+/* Writes `uri` as it may be shown (printed, logged, put in a repr) into
+ * out (len bytes, always NUL-terminated when len > 0): the credentials'
+ * password becomes "***" ("redis://user:***@host", "redis://:***@host";
+ * credentials without ':' become "***@" whole), and so does the value of
+ * any option named password, pass, passwd or ending in _password. Every
+ * other byte is kept. kvlink's own messages show URIs this way. Returns 0;
+ * KVL_ERANGE when out is too small (the result is cut short); KVL_EINVAL
+ * when uri or out is NULL or len is 0 (out, when it has room, holds "").
+ * Thread-safe; allocates nothing. */
+KVL_API int kvl_uri_redact(const char *uri, char *out, size_t len);
+
 /* The name of the embedded store's eviction policy number i ("slru", the
  * default, is 0; "lru" is 1), or NULL past the last: what mem:'s policy=
  * option takes, for tools that list or sweep them. Static strings.

@@ -142,9 +142,12 @@ fail_store:
 fail_uri:
 	kvl__uri_free(&u);
 fail_msg:
-	if (!msg[0]) /* a backend that forgot to say why */
-		snprintf(msg, sizeof msg, "store \"%s\": %s", uri,
+	if (!msg[0]) { /* a backend that forgot to say why */
+		char shown[KVL__ERRMSG_MAX / 2];
+		kvl__uri_redact(uri, shown, sizeof shown);
+		snprintf(msg, sizeof msg, "store \"%s\": %s", shown,
 		         kvl_strerror(rc));
+	}
 	return kvl__fail_buf(errbuf, errlen, rc, "%s", msg);
 }
 

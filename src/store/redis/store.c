@@ -713,6 +713,11 @@ static int redis_open(kvl_store *store, kvl__uri *uri, void **impl,
 	uint64_t db = UINT64_MAX;
 	int rc;
 
+	if (strchr(uri->path, '@'))
+		/* Not shown: the part of the password after its '/'. */
+		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
+		                     "redis: a '/' before '@': write a '/' of "
+		                     "the user or password as %%2F");
 	if (uri->path[0] && strcmp(uri->path, "/") != 0) {
 		const char *p = uri->path + 1;
 		db = 0;
