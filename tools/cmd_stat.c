@@ -69,9 +69,10 @@ int kvl_cmd_stat(int argc, char **argv)
 		}
 	}
 	kvl_store *st;
-	char err[512];
+	char err[512], shown[512];
+	kvl_cli_uri(uri, shown, sizeof shown);
 	if (kvl_store_open(uri, &st, err, sizeof err)) {
-		fprintf(stderr, "kvlink stat: store '%s': %s\n", uri, err);
+		fprintf(stderr, "kvlink stat: store '%s': %s\n", shown, err);
 		return 1;
 	}
 	int rc = 0;
@@ -83,7 +84,7 @@ int kvl_cmd_stat(int argc, char **argv)
 			       "  capacity  %llu\n  hits      %llu\n"
 			       "  misses    %llu\n  puts      %llu\n"
 			       "  evictions %llu\n  errors    %llu\n",
-			       uri, (unsigned long long)s.objects,
+			       shown, (unsigned long long)s.objects,
 			       (unsigned long long)s.bytes,
 			       (unsigned long long)s.capacity,
 			       (unsigned long long)s.hits,
