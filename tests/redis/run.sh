@@ -3,7 +3,8 @@
 # them (also when CMD fails or crashes, or this script is killed).
 #
 #   MODE standalone: one server; cluster: 3 masters + 3 replicas; both;
-#   tls: one TLS-only server; tls-cluster: 3 TLS masters; tls-both.
+#   tls: one TLS-only server; tls-cluster: 3 TLS masters; tls-both; or
+#   several joined by '+' (standalone+tls: a plaintext and a TLS server).
 #
 # CMD sees:
 #   KVL_REDIS_DIR          the servers' directory (a temp dir)
@@ -11,8 +12,10 @@
 #   KVL_REDIS_STANDALONE   127.0.0.1:PORT of the standalone server
 #   KVL_REDIS_CLUSTER      the cluster's 6 ports, masters first
 #   KVL_TEST_STORE_URI     redis:// URI of the cluster (or of the standalone
-#                          server when there is no cluster); rediss:// with
-#                          the test certificates in the tls modes
+#                          server when there is no cluster); without a
+#                          plaintext server, KVL_TEST_TLS_STORE_URI
+#   KVL_TEST_TLS_STORE_URI (tls modes) rediss:// URI of the TLS cluster (or
+#                          server) with the test certificates
 #   KVL_REDIS_TLS          (tls modes) the directory of the certificates:
 #                          ca.crt, server.*, client.crt/.key, other-ca.crt
 #   KVL_REDIS_TLS_STANDALONE  127.0.0.1:PORT of the TLS server
@@ -31,7 +34,7 @@ for b in redis-server redis-cli; do
 	fi
 done
 
-case $mode in tls*)
+case $mode in *tls*)
 	if ! command -v openssl >/dev/null 2>&1; then
 		echo "skipped: the openssl command is not installed (Debian: apt-get install openssl)"
 		exit 77
@@ -43,33 +46,50 @@ export KVL_REDIS_DIR=$dir KVL_REDIS_SERVERS=$here/servers.sh
 . "$here/../stop_on_exit.sh"
 stop_on_exit "$dir" bash "$here/servers.sh" stop "$dir"
 
-if [ "$mode" = standalone ] || [ "$mode" = both ]; then
-	p=$(bash "$here/servers.sh" standalone "$dir") || exit 1
-	export KVL_REDIS_STANDALONE=127.0.0.1:$p
-	export KVL_TEST_STORE_URI=redis://127.0.0.1:$p
-fi
-if [ "$mode" = cluster ] || [ "$mode" = both ]; then
-	ports=$(bash "$here/servers.sh" cluster "$dir") || exit 1
-	export KVL_REDIS_CLUSTER="$ports"
-	uri=""
-	for p in $ports; do uri="$uri${uri:+,}127.0.0.1:$p"; done
-	export KVL_TEST_STORE_URI=redis://$uri
-fi
-if [ "$mode" = tls ] || [ "$mode" = tls-both ] || [ "$mode" = tls-cluster ]; then
-	bash "$here/servers.sh" certs "$dir" || exit 1
-	export KVL_REDIS_TLS=$dir/tls
-	opts="tls_ca=$dir/tls/ca.crt&tls_cert=$dir/tls/client.crt&tls_key=$dir/tls/client.key"
-fi
-if [ "$mode" = tls ] || [ "$mode" = tls-both ]; then
-	p=$(bash "$here/servers.sh" tls-standalone "$dir") || exit 1
-	export KVL_REDIS_TLS_STANDALONE=127.0.0.1:$p
-	export KVL_TEST_STORE_URI="rediss://127.0.0.1:$p?$opts"
-fi
-if [ "$mode" = tls-cluster ] || [ "$mode" = tls-both ]; then
-	ports=$(bash "$here/servers.sh" tls-cluster "$dir") || exit 1
-	export KVL_REDIS_TLS_CLUSTER="$ports"
-	uri=""
-	for p in $ports; do uri="$uri${uri:+,}127.0.0.1:$p"; done
-	export KVL_TEST_STORE_URI="rediss://$uri?$opts"
-fi
+# MODE is one of the names above or several joined by '+' (e.g.
+# standalone+tls: a plaintext and a TLS server side by side).
+case $mode in
+both) parts="standalone cluster" ;;
+tls-both) parts="tls tls-cluster" ;;
+*) parts=$(printf '%s' "$mode" | tr '+' ' ') ;;
+esac
+plain_uri="" tls_uri=""
+for part in $parts; do
+	case $part in
+	standalone)
+		p=$(bash "$here/servers.sh" standalone "$dir") || exit 1
+		export KVL_REDIS_STANDALONE=127.0.0.1:$p
+		plain_uri=redis://127.0.0.1:$p
+		;;
+	cluster)
+		ports=$(bash "$here/servers.sh" cluster "$dir") || exit 1
+		export KVL_REDIS_CLUSTER="$ports"
+		uri=""
+		for p in $ports; do uri="$uri${uri:+,}127.0.0.1:$p"; done
+		plain_uri=redis://$uri
+		;;
+	tls|tls-cluster)
+		bash "$here/servers.sh" certs "$dir" || exit 1
+		export KVL_REDIS_TLS=$dir/tls
+		opts="tls_ca=$dir/tls/ca.crt&tls_cert=$dir/tls/client.crt&tls_key=$dir/tls/client.key"
+		if [ "$part" = tls ]; then
+			p=$(bash "$here/servers.sh" tls-standalone "$dir") || exit 1
+			export KVL_REDIS_TLS_STANDALONE=127.0.0.1:$p
+			tls_uri="rediss://127.0.0.1:$p?$opts"
+		else
+			ports=$(bash "$here/servers.sh" tls-cluster "$dir") || exit 1
+			export KVL_REDIS_TLS_CLUSTER="$ports"
+			uri=""
+			for p in $ports; do uri="$uri${uri:+,}127.0.0.1:$p"; done
+			tls_uri="rediss://$uri?$opts"
+		fi
+		;;
+	*)
+		echo "run.sh: unknown mode '$part'" >&2
+		exit 2
+		;;
+	esac
+done
+[ -n "$tls_uri" ] && export KVL_TEST_TLS_STORE_URI=$tls_uri
+export KVL_TEST_STORE_URI=${plain_uri:-$tls_uri}
 "$@"
