@@ -317,7 +317,8 @@ static void test_tls_client_cert(void **state)
 	round_trip(s, "client-cert", 8, 40000);
 	kvl_store_close(s);
 	/* Without a client certificate the server drops the connection. */
-	open_fails(tls_uri("", port, "ca.crt", ""), KVL_EIO, "TLS");
+	open_fails(tls_uri("", port, "ca.crt", ""), KVL_EIO,
+	           "require a client certificate");
 }
 
 static void test_tls_password(void **state)

@@ -73,6 +73,9 @@ static void ctl_closed(kvl__rconn *c)
 	snprintf(c->why, sizeof c->why, "connection closed by the server%s",
 	         !c->tls && !c->answered ?
 	         " before any reply (a TLS port? use rediss://)" :
+	         c->tls && kvl__tls_no_cert_yet(c->tls) ?
+	         " right after the TLS handshake (does the server require a "
+	         "client certificate? tls_cert=)" :
 	         "");
 }
 

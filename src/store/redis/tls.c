@@ -49,6 +49,8 @@ struct kvl__tls_conn {
 	int fd;
 	int sys_err; /* errno of the last failed send/recv of the BIO */
 	int dead;
+	int up;   /* the handshake is done */
+	int data; /* application bytes have come */
 	short rd_wait, wr_wait;
 	int w_pending;
 	const char *w_ptr;
@@ -147,6 +149,11 @@ static void ssl_why(kvl__tls_conn *s, int err, const char *what, char *why,
 		         what);
 	else
 		snprintf(why, cap, "TLS %s: error %d", what, err);
+	if (s->up && !s->data && !SSL_get_certificate(s->ssl)) {
+		size_t n = strlen(why);
+		snprintf(why + n, cap - n, " (right after the handshake: does "
+		         "the server require a client certificate? tls_cert=)");
+	}
 	ERR_clear_error();
 }
 
@@ -336,8 +343,10 @@ int kvl__tls_connect(const kvl__tls *t, int fd, const char *host,
 	for (;;) {
 		ERR_clear_error();
 		int r = SSL_connect(s->ssl);
-		if (r == 1)
+		if (r == 1) {
+			s->up = 1;
 			break;
+		}
 		int e = SSL_get_error(s->ssl, r);
 		if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
 			ssl_why(s, e, "handshake", why, cap);
@@ -446,6 +455,7 @@ ssize_t kvl__tls_readv(kvl__tls_conn *s, const struct iovec *iov, int n,
 			if (r > 0) {
 				off += (size_t)r;
 				total += (size_t)r;
+				s->data = 1;
 				s->rd_wait = POLLIN;
 				continue;
 			}
@@ -467,6 +477,11 @@ ssize_t kvl__tls_readv(kvl__tls_conn *s, const struct iovec *iov, int n,
 		}
 	}
 	return (ssize_t)total;
+}
+
+int kvl__tls_no_cert_yet(const kvl__tls_conn *s)
+{
+	return !s->data && !SSL_get_certificate(s->ssl);
 }
 
 int kvl__tls_pending(const kvl__tls_conn *s)

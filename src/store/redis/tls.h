@@ -76,6 +76,10 @@ ssize_t kvl__tls_writev(kvl__tls_conn *s, const struct iovec *iov, int n,
 ssize_t kvl__tls_readv(kvl__tls_conn *s, const struct iovec *iov, int n,
                        char *why, size_t cap);
 
+/* 1 when the session has received nothing yet and sent no client
+ * certificate (for the hint of a connection dropped at once). */
+int kvl__tls_no_cert_yet(const kvl__tls_conn *s);
+
 /* 1 when decrypted bytes wait in the session (readable without polling). */
 int kvl__tls_pending(const kvl__tls_conn *s);
 
