@@ -1,13 +1,15 @@
 /*
- * store.c — the Redis store (scheme "redis"): what kvl_store's calls mean
- * in Redis commands, over the Redis client of cluster.h (a standalone
- * server or a Redis Cluster, found out at open; nodes, slots, routing and
- * retries are the client's).
+ * store.c — the Redis store (schemes "redis" and "rediss"): what
+ * kvl_store's calls mean in Redis commands, over the Redis client of
+ * cluster.h (a standalone server or a Redis Cluster, found out at open;
+ * nodes, slots, routing and retries are the client's).
  *
- * URI: redis://[user:password@]host:port[,host:port…][/db][?options]
+ * URI: redis[s]://[user:password@]host:port[,host:port…][/db][?options]
  * (see docs/redis.md). The hosts are the client's seeds; the options set
  * its timeouts, pools, bytes in flight and replica reads, and this file's
- * ttl.
+ * ttl; with rediss:// the tls_* options make the store's TLS context
+ * (tls.h), which every connection of the client uses and which is freed
+ * after the client.
  *
  * Objects are Redis strings: put is "SET key value NX [EX ttl]" (stored,
  * or nil: already present), exists is "EXISTS key", remove is "UNLINK key",
