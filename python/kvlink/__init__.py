@@ -54,7 +54,8 @@ def version() -> str:
 
 def has_feature(name: str) -> bool:
     """True if the loaded library has optional feature ``name``: ``"cuda"``
-    (GPU copies, stream waits) or ``"redis"`` (the redis:// store)."""
+    (GPU copies, stream waits), ``"redis"`` (the redis:// store) or
+    ``"tls"`` (rediss://, the Redis store over TLS)."""
     return bool(_lib.lib.kvl_has_feature(name.encode()))
 
 

@@ -36,6 +36,7 @@ def test_uri_passwords_are_never_shown():
     assert kvl.redact_uri(":a@" * 100).count("***") == 0
     with pytest.raises(TypeError):
         kvl.redact_uri(5)
+    assert kvl.has_feature("tls") == kvl.has_feature("redis")
     # A store that does not open: the message and the error's text.
     for uri in (f"redis://:{pw}@127.0.0.1:1?ttl",
                 f"redis://u:{pw}@127.0.0.1:1?connect_timeout_ms=100",
