@@ -11,7 +11,8 @@
  * Covers: every operation over TLS, values far above 16 KiB (the in-place
  * receive path) and batches large enough that TLS writes and reads wait on
  * the socket; a cluster reached through one seed, so that the connections
- * to the other masters are opened from the slot map, over TLS; a server
+ * to the other masters are opened from the slot map, over TLS; a slot
+ * moved to another master (MOVED, then a new TLS connection); a server
  * restarted under an open store (reconnection, handshake again); a wrong
  * CA, a wrong server name, a plaintext client at a TLS port and a TLS
  * client at a plaintext port, each refused with KVL_EIO and a clear
@@ -41,6 +42,10 @@
 
 #include "kvl_config.h"
 #include "kvlink.h"
+
+#if KVL_HAVE_REDIS
+#include "store/redis/spec.h"
+#endif
 
 #if !KVL_HAVE_REDIS
 int main(void)
@@ -106,6 +111,46 @@ static long long tls_dbsize(int port)
 	          port, tls_dir, tls_dir, tls_dir) != 0)
 		fail_msg("redis-cli --tls -p %d dbsize failed: %s", port, out);
 	return strtoll(out, NULL, 10);
+}
+
+/* redis-cli over TLS to port (the client certificate given): its output
+ * into out; the exit status. */
+static int tls_cli(char *out, size_t cap, int port, const char *args)
+{
+	return shell(out, cap,
+	             "redis-cli -h 127.0.0.1 -p %d --tls --cacert %s/ca.crt "
+	             "--cert %s/client.crt --key %s/client.key %s",
+	             port, tls_dir, tls_dir, tls_dir, args);
+}
+
+/* The port (and node id into id, 64 bytes) of the master of `slot`, from
+ * CLUSTER NODES on port; 0 when none serves it. */
+static int slot_owner(int port, int slot, char *id)
+{
+	static char out[16384];
+	if (tls_cli(out, sizeof out, port, "cluster nodes") != 0)
+		fail_msg("cluster nodes on %d failed: %s", port, out);
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		char nid[64], addr[128];
+		int at = 0;
+		if (sscanf(line, "%63s %127s %*s %*s %*s %*s %*s %*s%n", nid,
+		           addr, &at) != 2 || !at)
+			continue;
+		char *rest = line + at, *save = NULL;
+		for (char *t = strtok_r(rest, " ", &save); t;
+		     t = strtok_r(NULL, " ", &save)) {
+			int lo, hi;
+			int k = sscanf(t, "%d-%d", &lo, &hi);
+			if (k == 1)
+				hi = lo;
+			if (k >= 1 && slot >= lo && slot <= hi) {
+				if (id)
+					snprintf(id, 64, "%s", nid);
+				return atoi(strchr(addr, ':') + 1);
+			}
+		}
+	}
+	return 0;
 }
 
 /* rediss://[auth]127.0.0.1:port?tls_ca=<dir>/<ca>[&more] */
@@ -265,6 +310,49 @@ static void test_tls_cluster(void **state)
 	kvl_store_close(s);
 }
 
+/* A slot moved to another master while a store knows only its old one:
+ * MOVED, then a connection to the new owner, over TLS. */
+static void test_tls_moved(void **state)
+{
+	(void)state;
+	char key[64], out[512], dst_id[64];
+	int slot = -1, src = 0;
+	/* A key of a slot that master 0 serves. */
+	for (int i = 0; i < 100000 && src != cluster_ports[0]; i++) {
+		snprintf(key, sizeof key, "kvl-tls-moved:{%d}:%d", i,
+		         (int)getpid());
+		slot = kvl__redis_key_slot(key, strlen(key));
+		src = slot_owner(cluster_ports[0], slot, NULL);
+	}
+	ASSERT_EQ(src, cluster_ports[0]);
+	int dst = cluster_ports[1];
+	ASSERT_EQ(tls_cli(dst_id, sizeof dst_id, dst, "cluster myid"), 0);
+
+	/* One seed, one key: the store has talked to master 0 only. */
+	kvl_store *s = open_ok(tls_uri("", src, "ca.crt", client_cert()));
+	ASSERT_EQ(put1(s, key, "before", 6), KVL_PUT_STORED);
+	ASSERT_EQ(remove1(s, key), 1); /* an empty slot can be reassigned */
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "cluster setslot %d node %s", slot, dst_id);
+	int order[3] = { dst, src, cluster_ports[2] };
+	for (int m = 0; m < 3; m++)
+		ASSERT_EQ_MSG(tls_cli(out, sizeof out, order[m], cmd), 0, "%s",
+		              out);
+	ASSERT_EQ(slot_owner(src, slot, NULL), dst);
+
+	/* The store's map still names master 0: MOVED to master 1. */
+	uint8_t big[40000], back[40000];
+	fill_pattern(big, sizeof big, 77);
+	ASSERT_EQ(put1(s, key, big, sizeof big), KVL_PUT_STORED);
+	snprintf(cmd, sizeof cmd, "exists '%s'", key);
+	ASSERT_EQ(tls_cli(out, sizeof out, dst, cmd), 0);
+	ASSERT_EQ(atoi(out), 1);
+	ASSERT_EQ(get1(s, key, 0, back, sizeof back), (long long)sizeof back);
+	ASSERT_TRUE(memcmp(back, big, sizeof big) == 0);
+	ASSERT_EQ(remove1(s, key), 1);
+	kvl_store_close(s);
+}
+
 static void test_tls_restart(void **state)
 {
 	(void)state;
@@ -405,6 +493,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tls_ops),
 		cmocka_unit_test(test_tls_cluster),
+		cmocka_unit_test(test_tls_moved),
 		cmocka_unit_test(test_tls_restart),
 		cmocka_unit_test(test_tls_refused),
 		cmocka_unit_test(test_tls_client_cert),
