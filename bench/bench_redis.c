@@ -20,6 +20,12 @@
  * layers) on one core, unkeyed (XXH3-128) and keyed (a store secret:
  * Poly1305), measured in the same run (codec_bench.h), as ratios against
  * the kvlink get rate: above 1, verifying never limits a load.
+ * With --tls-uri (default $KVL_TEST_TLS_STORE_URI, which tests/redis/run.sh
+ * standalone+tls sets) it also runs kvlink's put and get over rediss://
+ * against a TLS server of the same kind, in the same repetitions:
+ *   tls put, tls get   as kvlink put / get, over TLS (keys removed first,
+ *                      untimed)
+ * and prints them with the ratios TLS / plaintext.
  * The plain client is what hiredis users write: one blocking context per
  * node, nodes served one after another; on a cluster it routes keys by
  * CRC16 slot like kvlink does (with the map read from CLUSTER SLOTS once).
@@ -27,6 +33,7 @@
  *
  * Usage: bench_redis --uri redis://HOST:PORT[,HOST:PORT…] [--mib N]
  *                    [--batch-mib N] [--reps N] [--sizes K,K,…] [--json]
+ *                    [--tls-uri rediss://HOST:PORT…?tls_ca=…]
  * The URI may carry kvlink options (?inflight=4MiB…); the plain client uses
  * its hosts only (no password support). Not a test.
  *
@@ -366,11 +373,12 @@ static int failures(int reps, int json)
 
 typedef struct result {
 	double put_k, put_p, get_k, get_p, get_pc; /* GB/s, best */
+	double put_t, get_t;                       /* over TLS */
 } result;
 
 int main(int argc, char **argv)
 {
-	const char *uri = NULL;
+	const char *uri = NULL, *tls_uri = NULL;
 	size_t mib = 256, batch_mib = 32;
 	int reps = 3, json = 0;
 	size_t sizes[16] = { 64 << 10, 256 << 10, 1 << 20, 4 << 20 };
@@ -381,6 +389,8 @@ int main(int argc, char **argv)
 			fail_mode = 1;
 		else if (!strcmp(argv[i], "--uri") && i + 1 < argc)
 			uri = argv[++i];
+		else if (!strcmp(argv[i], "--tls-uri") && i + 1 < argc)
+			tls_uri = argv[++i];
 		else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
 			mib = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--batch-mib") && i + 1 < argc)
@@ -405,7 +415,8 @@ int main(int argc, char **argv)
 			fprintf(stderr,
 			        "usage: bench_redis --uri redis://HOST:PORT[,…] "
 			        "[--mib N] [--batch-mib N] [--reps N] "
-			        "[--sizes 64K,1M,…] [--json]\n"
+			        "[--sizes 64K,1M,…] [--json] "
+			        "[--tls-uri rediss://…]\n"
 			        "       bench_redis --failures [--reps N] "
 			        "[--json]   (under tests/redis/run.sh "
 			        "standalone)\n");
@@ -426,19 +437,33 @@ int main(int argc, char **argv)
 	int rc = kvl_store_open(uri, &s, err, sizeof err);
 	if (rc)
 		die("kvl_store_open: %s%s", err, "");
+	if (!tls_uri)
+		tls_uri = getenv("KVL_TEST_TLS_STORE_URI");
+	kvl_store *ts = NULL;
+	if (tls_uri && kvl_store_open(tls_uri, &ts, err, sizeof err))
+		die("kvl_store_open(--tls-uri): %s%s", err, "");
 	plain p;
 	plain_open(&p, uri);
+	char shown[512], tshown[512];
+	kvl_uri_redact(uri, shown, sizeof shown);
+	kvl_uri_redact(tls_uri ? tls_uri : "", tshown, sizeof tshown);
 	if (!json)
 		printf("bench_redis: %s (%s, %d node%s for the plain client), "
 		       "%zu MiB per size, batches of ~%zu MiB, best of %d\n",
-		       uri, p.cluster ? "cluster" : "standalone", p.n,
+		       shown, p.cluster ? "cluster" : "standalone", p.n,
 		       p.n == 1 ? "" : "s", mib, batch_mib, reps);
+	if (!json && ts)
+		printf("over TLS: %s\n", tshown);
 	if (!json)
 		printf("GB/s; kvl = kvlink, hir = plain hiredis, ratio = "
-		       "kvl / hir\n%8s %6s | %7s %7s %6s | %7s %7s %8s %6s "
-		       "%6s\n",
+		       "kvl / hir%s\n%8s %6s | %7s %7s %6s | %7s %7s %8s %6s "
+		       "%6s",
+		       ts ? "; tls = kvlink over TLS, t/k = tls / kvl" : "",
 		       "size", "objs", "put kvl", "put hir", "ratio", "get kvl",
 		       "get hir", "hir+copy", "ratio", "r+copy");
+	if (!json)
+		printf(ts ? " | %7s %5s %7s %5s\n" : "\n", "put tls", "t/k",
+		       "get tls", "t/k");
 
 	double get_gbs[16] = {0};
 	for (int si = 0; si < n_sizes; si++) {
@@ -529,6 +554,49 @@ int main(int argc, char **argv)
 				best.get_k = t;
 			if (memcmp(dst, val, size) != 0)
 				die("get: wrong bytes%s%s", "", "");
+			/* put and get, kvlink over TLS */
+			if (ts) {
+				for (size_t b = 0; b < n; b += batch)
+					kvl_store_remove(ts, kp + b,
+					                 n - b < batch ? n - b :
+					                                 batch,
+					                 res);
+				t = now_s();
+				for (size_t b = 0; b < n; b += batch) {
+					size_t m = n - b < batch ? n - b : batch;
+					if (kvl_store_put(ts, kp + b, m, iov, cnt,
+					                  res))
+						die("tls put: %s%s",
+						    kvl_store_errmsg(ts), "");
+					for (size_t i = 0; i < m; i++)
+						if (res[i] != KVL_PUT_STORED)
+							die("tls put: %s (%s)",
+							    kvl_err_name(res[i]),
+							    kvl_store_errmsg(ts));
+				}
+				t = bytes / (now_s() - t) / 1e9;
+				if (t > best.put_t)
+					best.put_t = t;
+				memset(dst, 1, batch * size);
+				t = now_s();
+				for (size_t b = 0; b < n; b += batch) {
+					size_t m = n - b < batch ? n - b : batch;
+					if (kvl_store_get(ts, kp + b, m, rg, cnt,
+					                  res64))
+						die("tls get: %s%s",
+						    kvl_store_errmsg(ts), "");
+					for (size_t i = 0; i < m; i++)
+						if (res64[i] != 0)
+							die("tls get: %s (%s)",
+							    kvl_err_name(res64[i]),
+							    kvl_store_errmsg(ts));
+				}
+				t = bytes / (now_s() - t) / 1e9;
+				if (t > best.get_t)
+					best.get_t = t;
+				if (memcmp(dst, val, size) != 0)
+					die("tls get: wrong bytes%s%s", "", "");
+			}
 			/* get, plain, without and with the copy */
 			for (int copy = 0; copy < 2; copy++) {
 				t = now_s();
@@ -542,26 +610,43 @@ int main(int argc, char **argv)
 					*slot = t;
 			}
 		}
-		for (size_t b = 0; b < n; b += batch)
-			plain_batch(&p, P_DEL, keys + b,
-			            n - b < batch ? n - b : batch, NULL, 0, NULL, 0);
+		for (size_t b = 0; b < n; b += batch) {
+			size_t m = n - b < batch ? n - b : batch;
+			plain_batch(&p, P_DEL, keys + b, m, NULL, 0, NULL, 0);
+			if (ts)
+				kvl_store_remove(ts, kp + b, m, res);
+		}
 		get_gbs[si] = best.get_k;
-		if (json)
+		if (json) {
 			printf("{\"size\":%zu,\"objects\":%zu,\"put_kvlink_gbs\":"
 			       "%.3f,\"put_plain_gbs\":%.3f,\"get_kvlink_gbs\":"
 			       "%.3f,\"get_plain_gbs\":%.3f,"
 			       "\"get_plain_copy_gbs\":%.3f,\"put_ratio\":%.3f,"
-			       "\"get_ratio\":%.3f,\"get_ratio_copy\":%.3f}\n",
+			       "\"get_ratio\":%.3f,\"get_ratio_copy\":%.3f",
 			       size, n, best.put_k, best.put_p, best.get_k,
 			       best.get_p, best.get_pc, best.put_k / best.put_p,
 			       best.get_k / best.get_p, best.get_k / best.get_pc);
-		else
+			if (ts)
+				printf(",\"put_tls_gbs\":%.3f,\"get_tls_gbs\":"
+				       "%.3f,\"put_tls_ratio\":%.3f,"
+				       "\"get_tls_ratio\":%.3f",
+				       best.put_t, best.get_t,
+				       best.put_t / best.put_k,
+				       best.get_t / best.get_k);
+			printf("}\n");
+		} else {
 			printf("%5zuKiB %6zu | %7.2f %7.2f %6.2f | %7.2f %7.2f "
-			       "%8.2f %6.2f %6.2f\n",
+			       "%8.2f %6.2f %6.2f",
 			       size >> 10, n, best.put_k, best.put_p,
 			       best.put_k / best.put_p, best.get_k, best.get_p,
 			       best.get_pc, best.get_k / best.get_p,
 			       best.get_k / best.get_pc);
+			if (ts)
+				printf(" | %7.2f %5.2f %7.2f %5.2f", best.put_t,
+				       best.put_t / best.put_k, best.get_t,
+				       best.get_t / best.get_k);
+			printf("\n");
+		}
 		fflush(stdout);
 		free(keys);
 		free(kp);
@@ -599,6 +684,7 @@ int main(int argc, char **argv)
 	}
 	plain_close(&p);
 	kvl_store_close(s);
+	kvl_store_close(ts);
 	return 0;
 }
 #endif

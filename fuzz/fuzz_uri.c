@@ -10,7 +10,11 @@
  *  - printing the parts back and parsing that again gives the same parts;
  *  - every getter on every option returns 1 or KVL_EPARSE (with a message),
  *    the byte-size parser agrees with an independent one, and once every
- *    option was read kvl__uri_check_unused passes.
+ *    option was read kvl__uri_check_unused passes;
+ *  - the redaction (kvl__uri_redact) of any input is redacted already
+ *    (redacting again changes nothing), and cut short it is a prefix of
+ *    the whole; what sits between "://" and the last '@' before the query
+ *    is never shown but as "***" (after a user name and its ':').
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -103,6 +107,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(s, data, size);
 	s[size] = '\0';
 	size_t len = strlen(s);
+
+	/* Redaction. */
+	{
+		size_t cap = 3 * len + 16;
+		char *r1 = malloc(cap), *r2 = malloc(cap), *r3 = malloc(cap);
+		CHECK(r1 && r2 && r3);
+		size_t n1 = kvl__uri_redact(s, r1, cap);
+		CHECK(n1 < cap && strlen(r1) == n1);
+		CHECK(kvl__uri_redact(r1, r2, cap) == n1 && !strcmp(r1, r2));
+		size_t small = len / 2 + 1;
+		CHECK(kvl__uri_redact(s, r3, small) == n1);
+		CHECK(strlen(r3) == (n1 < small ? n1 : small - 1));
+		CHECK(!strncmp(r1, r3, strlen(r3)));
+		const char *a = strstr(r1, "://"), *q = strchr(r1, '?');
+		if (a && (!q || a < q)) {
+			const char *at = NULL;
+			for (const char *c = a + 3; *c && (!q || c < q); c++)
+				if (*c == '@')
+					at = c;
+			if (at)
+				CHECK(at - r1 >= 3 && !strncmp(at - 3, "***", 3));
+		}
+		free(r1);
+		free(r2);
+		free(r3);
+	}
 
 	kvl__uri u;
 	char err[KVL__ERRMSG_MAX] = "";

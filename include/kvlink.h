@@ -105,9 +105,10 @@ KVL_API const char *kvl_version(void);
 
 /* 1 if this build of kvlink has optional feature `name`, else 0. Names: "cuda"
  * (built with GPU copies), "cuda-device" (built with them and a CUDA device
- * is usable in this process now), "redis" (redis:// store), "mac" (objects
- * keyed with a store secret: the secret_file option of kvl_store_open).
- * Unknown names give 0. Thread-safe. */
+ * is usable in this process now), "redis" (redis:// store), "tls"
+ * (rediss://: the Redis store over TLS), "mac" (objects keyed with a store
+ * secret: the secret_file option of kvl_store_open). Unknown names give 0.
+ * Thread-safe. */
 KVL_API int kvl_has_feature(const char *name);
 
 /* The handles and the page hash, described in their sections below. */
@@ -584,6 +585,16 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       bytes per connection (2MiB), replicas=0|1 (read from replicas),
  *       pool (idle connections per node, 4). A server down at open, or a
  *       refused password, is KVL_EIO at open. See docs/redis.md.
+ *   rediss://[user:password@]host:port[,host:port…][/db][?options]
+ *       The same over TLS (kvl_has_feature("tls")), every node's
+ *       connections verified against the CA and the server name. More
+ *       options: tls_ca (PEM CA file; default: the system's CAs), tls_cert
+ *       and tls_key (a client certificate and its key, PEM, unencrypted;
+ *       the key may be in the cert's file), tls_server_name (the name sent
+ *       and verified; default: each node's host). A file that cannot be
+ *       loaded is KVL_EINVAL naming it; a certificate that fails
+ *       verification, or a server without TLS, is KVL_EIO at open
+ *       ("certificate verify failed: …"). See docs/redis.md.
  *   mooncake://MASTER_HOST[:PORT][?options]
  *       Mooncake Store (master port 50051 by default), through
  *       libmooncake_store.so loaded at open: KVL_ENOTSUP naming what is
@@ -654,6 +665,17 @@ typedef struct kvl_store_stats {
  * the path, never the secret), KVL_ENOMEM. Thread-safe. */
 KVL_API int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
                            size_t errlen);
+
+/* Writes `uri` as it may be shown (printed, logged, put in a repr) into
+ * out (len bytes, always NUL-terminated when len > 0): the credentials'
+ * password becomes "***" ("redis://user:***@host", "redis://:***@host";
+ * credentials without ':' become "***@" whole), and so does the value of
+ * any option named password, pass, passwd or ending in _password. Every
+ * other byte is kept. kvlink's own messages show URIs this way. Returns 0;
+ * KVL_ERANGE when out is too small (the result is cut short); KVL_EINVAL
+ * when uri or out is NULL or len is 0 (out, when it has room, holds "").
+ * Thread-safe; allocates nothing. */
+KVL_API int kvl_uri_redact(const char *uri, char *out, size_t len);
 
 /* The name of the embedded store's eviction policy number i ("slru", the
  * default, is 0; "lru" is 1), or NULL past the last: what mem:'s policy=

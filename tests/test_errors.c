@@ -774,6 +774,46 @@ static int r_uri_redis_down(void)
 	/* Port 1 on loopback: nothing listens there. */
 	return open_uri("redis://127.0.0.1:1?connect_timeout_ms=500");
 }
+static int r_rediss_ca_missing(void)
+{
+	if (!kvl_has_feature("tls"))
+		return skip("this build has no rediss:// store");
+	return open_uri("rediss://127.0.0.1:1?tls_ca=/nonexistent/ca.pem");
+}
+static int r_rediss_cert_missing(void)
+{
+	if (!kvl_has_feature("tls"))
+		return skip("this build has no rediss:// store");
+	return open_uri("rediss://127.0.0.1:1?tls_cert=/nonexistent/c.pem");
+}
+static int r_rediss_key_alone(void)
+{
+	if (!kvl_has_feature("tls"))
+		return skip("this build has no rediss:// store");
+	return open_uri("rediss://127.0.0.1:1?tls_key=/k.pem");
+}
+static int r_redis_tls_option(void)
+{
+	if (!kvl_has_feature("redis"))
+		return skip("this build has no redis:// store");
+	return open_uri("redis://127.0.0.1:1?tls_ca=/ca.pem");
+}
+static int r_rediss_down(void)
+{
+	if (!kvl_has_feature("tls"))
+		return skip("this build has no rediss:// store");
+	return open_uri("rediss://127.0.0.1:1?connect_timeout_ms=500");
+}
+static int r_redact_small(void)
+{
+	char out[8];
+	return kvl_uri_redact("redis://:pw@host:6379", out, sizeof out);
+}
+static int r_redact_null(void)
+{
+	char out[8];
+	return kvl_uri_redact(NULL, out, sizeof out);
+}
 static int r_mc_no_library(void)
 {
 	return open_uri(
@@ -2138,6 +2178,13 @@ static const row rows[] = {
 	R("uri.unknown-scheme", r_uri_unknown_scheme),
 	R("uri.redis-not-built", r_uri_redis_missing),
 	R("uri.redis-unreachable", r_uri_redis_down),
+	R("uri.rediss-unreachable", r_rediss_down),
+	R("redis.tls-ca-missing", r_rediss_ca_missing),
+	R("redis.tls-cert-missing", r_rediss_cert_missing),
+	R("redis.tls-key-alone", r_rediss_key_alone),
+	R("redis.tls-option-plain", r_redis_tls_option),
+	R("uri.redact-small", r_redact_small),
+	R("uri.redact-null", r_redact_null),
 	R("mooncake.no-library", r_mc_no_library),
 	R("mooncake.not-mooncake", r_mc_not_mooncake),
 	R("mooncake.no-host", r_mc_no_host),

@@ -2,7 +2,9 @@
  * test_redis_slots.c — the parts of the redis:// store that need no server:
  * CRC16 key slots and hash tags (the Redis Cluster specification's
  * examples), redirection and retry errors, addresses, URI and option
- * errors (refused before any connection is made), and a server that is
+ * errors (refused before any connection is made; TLS files read then),
+ * credentials redacted from every message and by kvl_uri_redact, and a
+ * server that is
  * down at open (a clear KVL_EIO at once). The server-backed tests are in
  * test_redis.c. Skips (77) in a build without hiredis.
  */
@@ -205,7 +207,19 @@ static void test_uri_errors(void **state)
 		{ "redis://127.0.0.1:1?replicas=2", KVL_EPARSE, "replicas" },
 		{ "redis://127.0.0.1:1?ttl=-1", KVL_EPARSE, "ttl" },
 		{ "redis://127.0.0.1:1?pool=5000", KVL_EPARSE, "pool" },
-		{ "rediss://127.0.0.1:1", KVL_ENOTSUP, "not built" },
+		/* rediss:// is built in; its files are read before any
+		 * connection. */
+		{ "rediss://127.0.0.1:1?tls_ca=/nonexistent/ca.pem", KVL_EINVAL,
+		  "tls_ca=/nonexistent/ca.pem: cannot read" },
+		{ "rediss://127.0.0.1:1?tls_cert=/nonexistent/c.pem",
+		  KVL_EINVAL, "tls_cert=/nonexistent/c.pem: cannot read" },
+		{ "rediss://127.0.0.1:1?tls_key=/k.pem", KVL_EPARSE,
+		  "without tls_cert" },
+		{ "redis://127.0.0.1:1?tls_ca=/ca.pem", KVL_EPARSE,
+		  "use rediss://" },
+		{ "rediss://127.0.0.1:1?tls_bogus=1", KVL_EPARSE, "'tls_bogus'" },
+		/* A '/' in a password cut the authority short: not shown. */
+		{ "redis://:pa/ss@127.0.0.1:1", KVL_EPARSE, "%2F" },
 	};
 	(void)state;
 	assert_int_equal(kvl_has_feature("redis"), 1);
@@ -220,6 +234,77 @@ static void test_uri_errors(void **state)
 			         kvl_err_name(cases[i].code), cases[i].says);
 		assert_null(s);
 	}
+}
+
+/* kvl_uri_redact, and the messages of URIs that carry a password. */
+static void test_redact(void **state)
+{
+	static const struct {
+		const char *uri, *shown;
+	} cases[] = {
+		{ "redis://:s3cret@h:1", "redis://:***@h:1" },
+		{ "redis://user:s3cret@h:1,h:2/3?ttl=5",
+		  "redis://user:***@h:1,h:2/3?ttl=5" },
+		{ "rediss://u:s3cret@h:1?tls_ca=/a@b/ca.pem",
+		  "rediss://u:***@h:1?tls_ca=/a@b/ca.pem" },
+		{ "redis://s3cret@h:1", "redis://***@h:1" },
+		{ "redis://:pa/s3cret@h:1", "redis://:***@h:1" },
+		{ "fault+redis://:s3cret@h:1?fault.seed=1",
+		  "fault+redis://:***@h:1?fault.seed=1" },
+		{ "redis://h:1?password=s3cret&ttl=1&tls_key_password=s3cret",
+		  "redis://h:1?password=***&ttl=1&tls_key_password=***" },
+		{ "redis://h:1", "redis://h:1" },
+		{ "mem:?capacity=1G", "mem:?capacity=1G" },
+		{ "", "" },
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char out[256];
+		ASSERT_CODE(kvl_uri_redact(cases[i].uri, out, sizeof out), 0);
+		if (strcmp(out, cases[i].shown))
+			fail_msg("kvl_uri_redact(\"%s\") == \"%s\"; expected "
+			         "\"%s\"",
+			         cases[i].uri, out, cases[i].shown);
+	}
+	char small[8];
+	ASSERT_CODE(kvl_uri_redact("redis://:s3cret@h:1", small, sizeof small),
+	            KVL_ERANGE);
+	ASSERT_EQ(strlen(small), 7);
+	ASSERT_TRUE(!strstr(small, "s3c"));
+	ASSERT_CODE(kvl_uri_redact(NULL, small, sizeof small), KVL_EINVAL);
+	ASSERT_EQ(small[0], 0);
+	ASSERT_CODE(kvl_uri_redact("mem:", NULL, 8), KVL_EINVAL);
+	ASSERT_CODE(kvl_uri_redact("mem:", small, 0), KVL_EINVAL);
+
+	/* Every message of a failed open shows the URI redacted. */
+	static const char *const bad[] = {
+		"redis://:s3cret@127.0.0.1:1?ttl",
+		"redis://:s3cret@127.0.0.1:1?ttl=",
+		"redis://:s3cret@127.0.0.1:1?ttl=1&ttl=2",
+		"redis://:s3cret@127.0.0.1:1?=1",
+		"redis://:s3cret@127.0.0.1:1?ttl=\x01",
+		"redis://:s3cret@127.0.0.1:1/x",
+		"redis://u:s3cret@127.0.0.1:1?bogus=1",
+		"rediss://u:s3cret@127.0.0.1:1?tls_ca=/nonexistent",
+		"redis://:s3/cret@127.0.0.1:1",
+		"redis://u:s3cret@/",
+		"redis://h:1?password=s3cret",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char eb[512] = "";
+		kvl_store *s = NULL;
+		int rc = kvl_store_open(bad[i], &s, eb, sizeof eb);
+		assert_null(s);
+		if (rc == 0 || !eb[0] || strstr(eb, "s3") || strstr(eb, "cret"))
+			fail_msg("open(\"%s\") == %s \"%s\": expected a "
+			         "failure whose message does not show the "
+			         "password",
+			         bad[i], kvl_err_name(rc), eb);
+	}
+	char eb[512] = "";
+	kvl_store *s = NULL;
+	kvl_store_open("redis://u:s3cret@127.0.0.1:1?ttl", &s, eb, sizeof eb);
+	ASSERT_CONTAINS(eb, "redis://u:***@127.0.0.1:1?ttl");
 }
 
 static void test_down_at_open(void **state)
@@ -259,6 +344,7 @@ int main(void)
 		cmocka_unit_test(test_classify),
 		cmocka_unit_test(test_parse_addr),
 		cmocka_unit_test(test_uri_errors),
+		cmocka_unit_test(test_redact),
 		cmocka_unit_test(test_down_at_open),
 	};
 	return cmocka_run_group_tests_name("redis_slots", tests, NULL, NULL);

@@ -20,6 +20,12 @@ int kvl_cli_usage_error(const char *cmd, const char *fmt, ...)
 	return 2;
 }
 
+const char *kvl_cli_uri(const char *uri, char *buf, size_t cap)
+{
+	kvl_uri_redact(uri, buf, cap); /* cut short when too long: fine */
+	return buf;
+}
+
 int kvl_cli_parse_u64(const char *s, uint64_t *out)
 {
 	if (!s || *s < '0' || *s > '9')

@@ -25,6 +25,10 @@ int kvl_cli_stats_format(const char *s, kvl_stats_format *out);
 int kvl_cli_usage_error(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* `uri` as the tool prints it: credentials redacted (kvl_uri_redact),
+ * into buf (cap bytes); returns buf. */
+const char *kvl_cli_uri(const char *uri, char *buf, size_t cap);
+
 /* Parses an unsigned decimal integer that must fit in uint64_t; 0 or -1. */
 int kvl_cli_parse_u64(const char *s, uint64_t *out);
 

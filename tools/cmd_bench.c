@@ -341,6 +341,26 @@ static double ms(uint64_t ns)
 	return (double)ns / 1e6;
 }
 
+/* s as a JSON string, quotes included, into out (cap bytes). */
+static void json_str(const char *s, char *out, size_t cap)
+{
+	size_t n = 0;
+	out[n++] = '"';
+	for (; *s && n + 8 < cap; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\') {
+			out[n++] = '\\';
+			out[n++] = (char)ch;
+		} else if (ch < 0x20) {
+			n += (size_t)snprintf(out + n, cap - n, "\\u%04x", ch);
+		} else {
+			out[n++] = (char)ch;
+		}
+	}
+	out[n++] = '"';
+	out[n] = '\0';
+}
+
 static void report(const bench_opts *o, const bench_ctx *c, double base,
                    const kvl_store_stats *ss, double wall_s,
                    size_t slot_bytes)
@@ -357,8 +377,12 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 	                                             : t->compute_ns) +
 	                 t->first_layer_ns;
 	double overlap = ideal ? (double)t->fwd_ns / (double)ideal : 0;
+	char shown[512];
+	kvl_cli_uri(o->store_uri, shown, sizeof shown);
 	if (o->json) {
-		printf("{\"store\":\"%s\",\"device\":\"%s\","
+		char js[1024];
+		json_str(shown, js, sizeof js);
+		printf("{\"store\":%s,\"device\":\"%s\","
 		       "\"page_bytes\":%zu,\"pages\":%llu,"
 		       "\"hit_pages\":%llu,\"hit_ratio\":%.4f,"
 		       "\"loaded_pages\":%llu,\"offloaded_pages\":%llu,"
@@ -371,7 +395,7 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 		       "\"forward_ms\":%.3f,\"forward_vs_ideal\":%.4f,"
 		       "\"lookup_us\":%.2f,\"evictions\":%llu,"
 		       "\"wall_s\":%.3f,\"verified\":%s}\n",
-		       o->store_uri, o->cuda ? "cuda" : "host", slot_bytes,
+		       js, o->cuda ? "cuda" : "host", slot_bytes,
 		       (unsigned long long)t->pages,
 		       (unsigned long long)t->hit_pages, hit_ratio,
 		       (unsigned long long)t->loaded_pages,
@@ -394,7 +418,7 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 	printf("kvlink bench: %llu conversations x %llu turns on %s, pool in "
 	       "%s memory\n",
 	       (unsigned long long)o->conversations,
-	       (unsigned long long)o->turns, o->store_uri,
+	       (unsigned long long)o->turns, shown,
 	       o->cuda ? "GPU" : "host");
 	printf("  model          %llu layers, %llu KV heads x %llu, %llu-byte "
 	       "dtype, page %llu tokens = %.2f MiB\n",
@@ -469,8 +493,9 @@ static int run_bench(const bench_opts *o)
 	if (build_layout(o, &pool, &layout))
 		goto out;
 	if (kvl_store_open(o->store_uri, &st, err, sizeof err)) {
-		fprintf(stderr, "kvlink bench: store '%s': %s\n", o->store_uri,
-		        err);
+		char shown[512];
+		fprintf(stderr, "kvlink bench: store '%s': %s\n",
+		        kvl_cli_uri(o->store_uri, shown, sizeof shown), err);
 		goto out;
 	}
 	if (kvl_linker_open(st, layout, NULL, &c.lk, err, sizeof err)) {

@@ -70,9 +70,10 @@ int kvl_cmd_stat(int argc, char **argv)
 		}
 	}
 	kvl_store *st;
-	char err[512];
+	char err[512], shown[512];
+	kvl_cli_uri(uri, shown, sizeof shown);
 	if (kvl_store_open(uri, &st, err, sizeof err)) {
-		fprintf(stderr, "kvlink stat: store '%s': %s\n", uri, err);
+		fprintf(stderr, "kvlink stat: store '%s': %s\n", shown, err);
 		return 1;
 	}
 	int rc = 0;
@@ -91,7 +92,7 @@ int kvl_cmd_stat(int argc, char **argv)
 			            {"puts", s.puts},
 			            {"evictions", s.evictions},
 			            {"errors", s.errors}};
-			printf("store %s\n", uri);
+			printf("store %s\n", shown);
 			for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
 				if (rows[i].v == UINT64_MAX) /* cannot tell */
 					printf("  %-9s unknown\n", rows[i].name);

@@ -119,7 +119,9 @@ int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
 	res->capacity_blocks = cap_blocks;
 	store_uri(uri, sizeof uri, o, t, e, policy, cap_blocks);
 	if (kvl_store_open(uri, &st, err, sizeof err)) {
-		fprintf(stderr, "kvlink replay: store '%s': %s\n", uri, err);
+		char shown[256];
+		fprintf(stderr, "kvlink replay: store '%s': %s\n",
+		        kvl_cli_uri(uri, shown, sizeof shown), err);
 		return 1;
 	}
 	kvl_linker_opts lo = KVL_LINKER_OPTS_INIT;

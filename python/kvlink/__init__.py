@@ -7,7 +7,8 @@ Python bindings (ctypes) over libkvlink's C API (include/kvlink.h):
 - :class:`Layout` — the engine's page pools (numpy arrays, torch tensors or
   raw addresses), with :meth:`Layout.add_kv_cache` for a whole paged pool;
 - :class:`Store` — where objects live, opened by URI (``"mem:"``, …), with
-  :func:`parse_size` and :func:`mem_policy_names` for its options;
+  :func:`parse_size` and :func:`mem_policy_names` for its options,
+  :func:`redact_uri` to show a URI without its password;
 - :class:`Linker` — lookup, layer-wise load/start/wait (CPU or CUDA stream),
   offload (after a CUDA event too), flush, poll, stats;
 - :class:`KvlinkError` and its subclasses — every failure, with kvlink's
@@ -30,7 +31,7 @@ from .errors import (AlreadyExists, ArgumentOutOfRange, Canceled, Closed,
 from .hashes import hash_from_hex, hash_hex, hash_pages, namespace_seed
 from .layout import HitPolicy, Layout, MemKind, PoolInfo, Shard
 from .linker import (NO_SLOT, Completion, Linker, RankGroup, RequestKind)
-from .store import Store, mem_policy_names, parse_size
+from .store import Store, mem_policy_names, parse_size, redact_uri
 
 #: The loaded library's version (kvl_version()), "MAJOR.MINOR.PATCH".
 __version__: str = _lib.version
@@ -55,7 +56,8 @@ def version() -> str:
 
 def has_feature(name: str) -> bool:
     """True if the loaded library has optional feature ``name``: ``"cuda"``
-    (GPU copies, stream waits) or ``"redis"`` (the redis:// store)."""
+    (GPU copies, stream waits), ``"redis"`` (the redis:// store) or
+    ``"tls"`` (rediss://, the Redis store over TLS)."""
     return bool(_lib.lib.kvl_has_feature(name.encode()))
 
 
@@ -73,7 +75,7 @@ __all__ = [
     "version", "has_feature", "strerror", "err_name", "library_path",
     "hash_pages", "namespace_seed", "hash_hex", "hash_from_hex",
     "Layout", "Shard", "MemKind", "HitPolicy", "PoolInfo",
-    "Store", "parse_size", "mem_policy_names",
+    "Store", "parse_size", "mem_policy_names", "redact_uri",
     "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",

@@ -211,6 +211,7 @@ _PROTOTYPES = {
     # stores
     "kvl_store_open": (c_int, [c_char_p, POINTER(StoreP), c_char_p,
                                c_size_t]),
+    "kvl_uri_redact": (c_int, [c_char_p, c_char_p, c_size_t]),
     "kvl_mem_policy_name": (c_char_p, [c_size_t]),
     "kvl_parse_size": (c_int, [c_char_p, POINTER(c_uint64)]),
     "kvl_store_close": (None, [StoreP]),

@@ -46,7 +46,7 @@ from .errors import InvalidArgument, KvlinkError, StateError, check, \
     make_error
 from .hashes import HashesLike, hash_array
 from .layout import Layout
-from .store import Store, render
+from .store import Store, redact_uri, render
 
 try:
     import numpy as _np
@@ -651,7 +651,7 @@ class Linker(Closable):
 
     def __repr__(self) -> str:
         return (f"<kvlink.Linker layout={self._layout.model_tag!r} "
-                f"store={self._store.uri!r}"
+                f"store={redact_uri(self._store.uri)!r}"
                 f"{' closed' if self.closed else ''}>")
 
 

@@ -103,6 +103,30 @@ def parse_size(text: str) -> int:
     return out.value
 
 
+def redact_uri(uri: str) -> str:
+    """``uri`` as it may be shown: the password of its credentials (and the
+    value of an option named password, pass, passwd or ``*_password``)
+    replaced by ``***``, e.g. ``redact_uri("redis://u:pw@h:1") ==
+    "redis://u:***@h:1"`` (kvl_uri_redact). ``repr(Store)`` and the
+    messages of a failed open show URIs this way.
+
+    Raises:
+        TypeError: not a string.
+    """
+    if not isinstance(uri, str):
+        raise TypeError(f"redact_uri: expected a string, got "
+                        f"{type(uri).__name__}")
+    raw = uri.encode(errors="surrogateescape").split(b"\0", 1)[0]
+    size = 2 * len(raw) + 16  # "***" for a 1-byte secret: 2 more bytes
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        rc = lib.kvl_uri_redact(raw, buf, size)
+        if rc != _lib.KVL_ERANGE:
+            check(rc, context="redact_uri")
+            return buf.value.decode(errors="replace")
+        size *= 2
+
+
 def mem_policy_names() -> Tuple[str, ...]:
     """The eviction policies of the embedded store, default first
     (``("slru", "lru")``): what ``mem:``'s ``policy=`` option takes."""
@@ -146,7 +170,7 @@ class Store(SharedHandle):
         rc = lib.kvl_store_open(self.uri.encode(), ctypes.byref(self._h), err,
                                 len(err))
         check(rc, lambda: err.value.decode(errors="replace"),
-              f"open store {self.uri!r}")
+              f"open store {redact_uri(self.uri)!r}")
 
     @classmethod
     def open(cls, uri: Optional[str] = "mem:") -> "Store":
@@ -390,7 +414,8 @@ class Store(SharedHandle):
         self._registered.clear()
 
     def __repr__(self) -> str:
-        return f"<kvlink.Store {self.uri!r}{' closed' if self.closed else ''}>"
+        shown = redact_uri(self.uri)
+        return f"<kvlink.Store {shown!r}{' closed' if self.closed else ''}>"
 
 
-__all__ = ["Store", "Buffer", "parse_size", "mem_policy_names"]
+__all__ = ["Store", "Buffer", "parse_size", "mem_policy_names", "redact_uri"]

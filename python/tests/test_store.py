@@ -2,6 +2,9 @@
 pieces, numpy buffers), and stats."""
 
 import json
+import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -19,6 +22,65 @@ def test_bad_uris_raise_with_messages():
     with pytest.raises(kvl.NotSupported):
         kvl.Store("nosuchstore://x")
     assert isinstance(ei.value, ValueError)
+
+
+def test_uri_passwords_are_never_shown():
+    pw = "s3cr3t-Pa55"
+    assert kvl.redact_uri(f"redis://u:{pw}@h:1/2?ttl=3") == \
+        "redis://u:***@h:1/2?ttl=3"
+    assert kvl.redact_uri(f"rediss://:{pw}@h:1?tls_ca=/a@b") == \
+        "rediss://:***@h:1?tls_ca=/a@b"
+    assert kvl.redact_uri(f"redis://h:1?password={pw}") == \
+        "redis://h:1?password=***"
+    assert kvl.redact_uri("mem:?capacity=1G") == "mem:?capacity=1G"
+    assert kvl.redact_uri(":a@" * 100).count("***") == 0
+    with pytest.raises(TypeError):
+        kvl.redact_uri(5)
+    assert kvl.has_feature("tls") == kvl.has_feature("redis")
+    # A store that does not open: the message and the error's text.
+    for uri in (f"redis://:{pw}@127.0.0.1:1?ttl",
+                f"redis://u:{pw}@127.0.0.1:1?connect_timeout_ms=100",
+                f"rediss://u:{pw}@127.0.0.1:1?tls_ca=/nonexistent/ca"):
+        with pytest.raises(kvl.KvlinkError) as ei:
+            kvl.Store(uri)
+        assert pw not in str(ei.value) and pw not in repr(ei.value)
+        assert ":***@" in str(ei.value) or "ttl" not in uri
+
+
+@pytest.fixture
+def password_redis(tmp_path):
+    """A throwaway redis-server that needs PASSWORD: its port (skips
+    without redis-server or a build without the Redis store)."""
+    if not kvl.has_feature("redis") or not shutil.which("redis-server"):
+        pytest.skip("no redis-server, or no redis:// in this build")
+    servers = os.path.join(os.path.dirname(__file__), "..", "..", "tests",
+                           "redis", "servers.sh")
+    try:
+        out = subprocess.run(["bash", servers, "standalone", str(tmp_path),
+                              "--requirepass", PASSWORD], check=True,
+                             capture_output=True, text=True, timeout=60)
+        yield int(out.stdout.strip())
+    finally:
+        subprocess.run(["bash", servers, "stop", str(tmp_path)], timeout=60)
+
+
+PASSWORD = "s3cr3t-Pa55"
+
+
+def test_repr_hides_the_password(password_redis):
+    uri = f"redis://default:{PASSWORD}@127.0.0.1:{password_redis}"
+    with kvl.Store(uri) as s:
+        assert s.put("k", b"v")
+        assert repr(s) == \
+            f"<kvlink.Store 'redis://default:***@127.0.0.1:{password_redis}'>"
+        layout = kvl.Layout("repr-test", 16)
+        pool = layout.add_pool("kv")
+        layout.add_array(pool, "k", 0, np.zeros((4, 64), np.uint8))
+        layout.finalize()
+        with kvl.Linker(layout, s) as lk:
+            assert PASSWORD not in repr(lk)
+            assert ":***@" in repr(lk)
+    assert PASSWORD not in repr(s)
 
 
 def test_objects_round_trip():

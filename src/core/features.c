@@ -28,5 +28,7 @@ int kvl_has_feature(const char *name)
 		return KVL_HAVE_REDIS;
 	if (strcmp(name, "mac") == 0)
 		return 1; /* OpenSSL is always linked (core/mac.c) */
+	if (strcmp(name, "tls") == 0) /* rediss://, with the Redis store */
+		return KVL_HAVE_REDIS;
 	return 0;
 }

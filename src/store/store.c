@@ -49,6 +49,7 @@ static const kvl__store_ops *const store_backends[] = {
 	&kvl__store_fault_ops,
 #if KVL_HAVE_REDIS
 	&kvl__store_redis_ops,
+	&kvl__store_rediss_ops,
 #endif
 	&kvl__store_mooncake_ops, /* loads its library at open */
 };
@@ -59,7 +60,8 @@ static const struct {
 	const char *why;
 } store_missing[] = {
 	{ "redis", "the redis:// store is not built into this kvlink" },
-	{ "rediss", "the redis:// store is not built into this kvlink" },
+	{ "rediss", "the redis:// store (and its rediss:// over TLS) is not "
+	            "built into this kvlink" },
 };
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -228,9 +230,12 @@ fail_store:
 fail_uri:
 	kvl__uri_free(&u);
 fail_msg:
-	if (!msg[0]) /* a backend that forgot to say why */
-		snprintf(msg, sizeof msg, "store \"%s\": %s", uri,
+	if (!msg[0]) { /* a backend that forgot to say why */
+		char shown[KVL__ERRMSG_MAX / 2];
+		kvl__uri_redact(uri, shown, sizeof shown);
+		snprintf(msg, sizeof msg, "store \"%s\": %s", shown,
 		         kvl_strerror(rc));
+	}
 	return kvl__fail_buf(errbuf, errlen, rc, "%s", msg);
 }
 

@@ -1,7 +1,7 @@
 /*
  * uri.c — store URIs: one parse into a private copy, typed option getters
- * that mark what they read, and the check that every option was read
- * (uri.h).
+ * that mark what they read, the check that every option was read, and the
+ * one redaction of credentials that every printer of a URI uses (uri.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -9,6 +9,85 @@
 #include <stdlib.h>
 
 #include "store/uri.h"
+
+/* ------------------------------------------------------------ redaction */
+
+/* 1 when option `name` (n bytes) holds a secret: password, pass, passwd,
+ * or a name ending in _password. */
+static int uri_secret_option(const char *name, size_t n)
+{
+	static const char *const exact[] = { "password", "pass", "passwd" };
+	for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+		if (strlen(exact[i]) == n && memcmp(name, exact[i], n) == 0)
+			return 1;
+	return n > 9 && memcmp(name + n - 9, "_password", 9) == 0;
+}
+
+/* Appends n bytes of s to out (cap bytes), counting at *at. */
+static void red_put(char *out, size_t cap, size_t *at, const char *s,
+                    size_t n)
+{
+	for (size_t i = 0; i < n; i++, (*at)++)
+		if (*at + 1 < cap)
+			out[*at] = s[i];
+}
+
+size_t kvl__uri_redact(const char *uri, char *out, size_t cap)
+{
+	size_t at = 0;
+	const char *p = uri, *q = strchr(uri, '?');
+	const char *end = q ? q : uri + strlen(uri);
+	const char *auth = strstr(uri, "://");
+	if (auth && auth < end) {
+		auth += 3;
+		/* The credentials end at the last '@' before the query (a
+		 * password may hold an unescaped '/'). */
+		const char *atp = NULL;
+		for (const char *c = auth; c < end; c++)
+			if (*c == '@')
+				atp = c;
+		if (atp) {
+			const char *colon = memchr(auth, ':',
+			                           (size_t)(atp - auth));
+			red_put(out, cap, &at, uri, (size_t)(auth - uri));
+			if (colon)
+				red_put(out, cap, &at, auth,
+				        (size_t)(colon - auth) + 1);
+			red_put(out, cap, &at, "***", 3);
+			p = atp;
+		}
+	}
+	red_put(out, cap, &at, p, (size_t)(end - p));
+	/* The query, option by option. */
+	for (p = end; *p;) {
+		const char *amp = strchr(p + 1, '&');
+		const char *stop = amp ? amp : p + strlen(p);
+		const char *eq = memchr(p + 1, '=', (size_t)(stop - p - 1));
+		if (eq && uri_secret_option(p + 1, (size_t)(eq - p - 1))) {
+			red_put(out, cap, &at, p, (size_t)(eq - p) + 1);
+			red_put(out, cap, &at, "***", 3);
+		} else {
+			red_put(out, cap, &at, p, (size_t)(stop - p));
+		}
+		p = stop;
+	}
+	if (cap)
+		out[at < cap ? at : cap - 1] = '\0';
+	return at;
+}
+
+int kvl_uri_redact(const char *uri, char *out, size_t len)
+{
+	if (!out || !len)
+		return KVL_EINVAL;
+	if (!uri) {
+		out[0] = '\0';
+		return KVL_EINVAL;
+	}
+	return kvl__uri_redact(uri, out, len) < len ? 0 : KVL_ERANGE;
+}
+
+/* ---------------------------------------------------------------- parse */
 
 static int uri_scheme_char(char c, int first)
 {
@@ -72,6 +151,9 @@ int kvl__uri_parse(const char *uri, kvl__uri *out, char *errbuf, size_t errlen)
 		return kvl__fail_buf(errbuf, errlen, KVL_EINVAL,
 		                     "store URI: %s is NULL", uri ? "out" : "uri");
 	memset(out, 0, sizeof *out);
+	/* Messages show the URI without its credentials. */
+	char shown[KVL__URI_SHOWN];
+	kvl__uri_redact(uri, shown, sizeof shown);
 
 	size_t n = 0;
 	while (uri_scheme_char(uri[n], n == 0))
@@ -83,14 +165,14 @@ int kvl__uri_parse(const char *uri, kvl__uri *out, char *errbuf, size_t errlen)
 		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
 		                     "store URI \"%s\": %s; expected e.g. "
 		                     "\"mem:\" or \"redis://host:port\"",
-		                     uri, why);
+		                     shown, why);
 	}
 	for (const char *p = uri; *p; p++)
 		if ((unsigned char)*p <= ' ' || *p == 0x7f)
 			return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
 			                     "store URI \"%s\": contains a space "
 			                     "or control character at offset %zu",
-			                     uri, (size_t)(p - uri));
+			                     shown, (size_t)(p - uri));
 
 	/* One allocation holds the URI split in place and, after it, a copy
 	 * of the path (which must keep its leading '/' while the authority
@@ -128,7 +210,7 @@ int kvl__uri_parse(const char *uri, kvl__uri *out, char *errbuf, size_t errlen)
 		}
 	}
 	if (q) {
-		int rc = uri_parse_query(out, q, uri, errbuf, errlen);
+		int rc = uri_parse_query(out, q, shown, errbuf, errlen);
 		if (rc < 0) {
 			kvl__uri_free(out);
 			return rc;

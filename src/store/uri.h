@@ -13,6 +13,7 @@
 #include "core/internal.h"
 
 #define KVL__URI_MAX_OPTS 32
+#define KVL__URI_SHOWN 512 /* bytes of a URI that a message shows */
 
 /* A parsed URI. The strings point into `buf`, a private copy. */
 typedef struct kvl__uri {
@@ -33,6 +34,14 @@ typedef struct kvl__uri {
  * than KVL__URI_MAX_OPTS options); KVL_EINVAL for NULL; KVL_ENOMEM. */
 int kvl__uri_parse(const char *uri, kvl__uri *out, char *errbuf, size_t errlen);
 void kvl__uri_free(kvl__uri *uri);
+
+/* The URI as messages may show it, into out (cap bytes, NUL-terminated,
+ * cut short when it does not fit): the password of "scheme://user:pass@"
+ * becomes "***" ("user:***@", ":***@"; credentials without ':' become
+ * "***@" whole), and so do the values of the options password, pass,
+ * passwd and *_password. Returns the length of the whole result (as
+ * snprintf). Every printer of a URI uses this (kvl_uri_redact too). */
+size_t kvl__uri_redact(const char *uri, char *out, size_t cap);
 
 /* Option getters: 0 if absent (out keeps its default), 1 if found and valid,
  * KVL_EPARSE (message in errbuf) if the value is malformed. Sizes are

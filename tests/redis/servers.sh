@@ -5,6 +5,16 @@
 #   servers.sh standalone DIR [redis-server options…]   prints its port
 #   servers.sh cluster DIR                  3 masters + 3 replicas; prints
 #                                           the 6 ports, masters first
+#   servers.sh certs DIR                    a test CA, server and client
+#                                           certificates in DIR/tls/ (and a
+#                                           second CA that signed nothing)
+#   servers.sh tls-standalone DIR [options…]  a TLS-only server (port 0,
+#                                           tls-port P, the certs of DIR/tls/,
+#                                           client certificates optional
+#                                           unless --tls-auth-clients yes)
+#   servers.sh tls-cluster DIR              3 TLS masters (tls-cluster yes,
+#                                           tls-replication yes); prints
+#                                           their 3 ports
 #   servers.sh kill DIR PORT                SIGKILL one server
 #   servers.sh pause DIR PORT / resume DIR PORT   SIGSTOP / SIGCONT
 #   servers.sh restart DIR PORT             start it again, same options
@@ -17,7 +27,43 @@ set -u
 
 die() { echo "servers.sh: $*" >&2; exit 1; }
 
-cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+# redis-cli to the server on port $1, over TLS when it is a TLS server.
+cli() {
+	if [ -f "$dir/$1/tls" ]; then
+		redis-cli -h 127.0.0.1 -p "$1" --tls --cacert "$dir/tls/ca.crt" \
+			--cert "$dir/tls/client.crt" --key "$dir/tls/client.key" "${@:2}"
+	else
+		redis-cli -h 127.0.0.1 -p "$1" "${@:2}"
+	fi
+}
+
+# The test PKI in DIR/tls/: ca.crt signs server.crt (127.0.0.1 and
+# localhost) and client.crt; other-ca.crt signed nothing. EC keys: quick.
+make_certs() {
+	local t=$1/tls
+	[ -f "$t/client.crt" ] && return 0
+	command -v openssl >/dev/null 2>&1 || die "openssl (the command) is not installed"
+	mkdir -p "$t" || return 1
+	(
+		cd "$t" || exit 1
+		key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+		for ca in ca other-ca; do
+			key $ca.key &&
+			openssl req -x509 -new -key $ca.key -out $ca.crt -days 3 \
+				-subj "/CN=kvlink test $ca" 2>/dev/null || exit 1
+		done
+		printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >server.ext
+		printf 'extendedKeyUsage=clientAuth\n' >client.ext
+		for who in server client; do
+			key $who.key &&
+			openssl req -new -key $who.key -out $who.csr \
+				-subj "/CN=kvlink test $who" 2>/dev/null &&
+			openssl x509 -req -in $who.csr -CA ca.crt -CAkey ca.key \
+				-CAcreateserial -out $who.crt -days 3 \
+				-extfile $who.ext 2>/dev/null || exit 1
+		done
+	) || die "could not make the test certificates in $t"
+}
 
 # Number of times the server of DIR/PORT logged that it is ready.
 readies() {
@@ -69,7 +115,20 @@ start_one() {
 		port=$((20000 + (RANDOM * 32768 + RANDOM) % 35000))
 		mkdir "$dir/$port" 2>/dev/null || continue
 		{
-			echo "port $port"
+			if [ "${tls_server:-0}" = 1 ]; then
+				echo "port 0"
+				echo "tls-port $port"
+				echo "tls-cert-file $dir/tls/server.crt"
+				echo "tls-key-file $dir/tls/server.key"
+				echo "tls-ca-cert-file $dir/tls/ca.crt"
+				echo "tls-auth-clients optional"
+				if [ "$cluster" = 1 ]; then
+					echo "tls-cluster yes"
+					echo "tls-replication yes"
+				fi
+			else
+				echo "port $port"
+			fi
 			echo "bind 127.0.0.1"
 			echo "protected-mode yes"
 			echo "daemonize no"
@@ -84,6 +143,7 @@ start_one() {
 			fi
 			for opt in "$@"; do echo "$opt"; done
 		} >"$dir/$port/redis.conf"
+		[ "${tls_server:-0}" = 1 ] && : >"$dir/$port/tls"
 		if launch "$dir" "$port"; then
 			echo "$port"
 			return 0
@@ -115,7 +175,7 @@ conf_lines() {
 }
 
 cmd=${1:-}; dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: servers.sh standalone|cluster|kill|pause|resume|restart|stop DIR [PORT]"
+[ -n "$cmd" ] && [ -n "$dir" ] || die "usage: servers.sh standalone|cluster|certs|tls-standalone|tls-cluster|kill|pause|resume|restart|stop DIR [PORT]"
 [ -d "$dir" ] || die "no directory $dir"
 
 case $cmd in
@@ -124,15 +184,32 @@ standalone)
 	mapfile -t lines < <(conf_lines "$@")
 	start_one "$dir" 0 "${lines[@]}"
 	;;
-cluster)
+certs)
+	make_certs "$dir"
+	;;
+tls-standalone)
+	shift 2
+	make_certs "$dir"
+	mapfile -t lines < <(conf_lines "$@")
+	tls_server=1 start_one "$dir" 0 "${lines[@]}"
+	;;
+cluster|tls-cluster)
+	n=6; nrep=1; tls_server=0
+	if [ "$cmd" = tls-cluster ]; then
+		n=3; nrep=0; tls_server=1
+		make_certs "$dir"
+	fi
 	ports=()
-	for i in 1 2 3 4 5 6; do
+	for i in $(seq 1 $n); do
 		p=$(start_one "$dir" 1) || exit 1
 		ports+=("$p")
 	done
 	addrs=()
 	for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
-	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 \
+	create=(redis-cli)
+	[ $tls_server = 1 ] && create+=(--tls --cacert "$dir/tls/ca.crt"
+		--cert "$dir/tls/client.crt" --key "$dir/tls/client.key")
+	"${create[@]}" --cluster create "${addrs[@]}" --cluster-replicas $nrep \
 		--cluster-yes >"$dir/cluster-create.log" 2>&1 ||
 		{ cat "$dir/cluster-create.log" >&2; die "redis-cli --cluster create failed"; }
 	# Every node sees a healthy cluster and every replica is in sync.
@@ -141,13 +218,13 @@ cluster)
 		for p in "${ports[@]}"; do
 			cli "$p" cluster info 2>/dev/null | grep -q "cluster_state:ok" || ok=0
 			# Every node knows every replica (CLUSTER SLOTS lists them).
-			[ "$(cli "$p" cluster nodes 2>/dev/null | grep -v fail | grep -c slave)" = 3 ] || ok=0
+			[ "$(cli "$p" cluster nodes 2>/dev/null | grep -v fail | grep -c slave)" = $((n / 2 * nrep)) ] || ok=0
 			role=$(cli "$p" role 2>/dev/null | head -1)
 			if [ "$role" = slave ]; then
 				cli "$p" info replication | grep -q "master_link_status:up" || ok=0
 			fi
 		done
-		redis-cli --cluster check "127.0.0.1:${ports[0]}" 2>/dev/null |
+		"${create[@]}" --cluster check "127.0.0.1:${ports[0]}" 2>/dev/null |
 			grep -q "All 16384 slots covered" || ok=0
 		[ $ok = 1 ] && break
 		sleep 0.05

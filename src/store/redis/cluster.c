@@ -423,6 +423,7 @@ int kvl__rcluster_connect(kvl__rcluster *cl, const kvl__rcluster_cfg *cfg,
 	cl->cfg.password = cfg->password;
 	cl->cfg.connect_timeout_ms = cfg->connect_timeout_ms;
 	cl->cfg.timeout_ms = cfg->timeout_ms;
+	cl->cfg.tls = cfg->tls;
 	cl->timeout_ms = cfg->timeout_ms;
 	cl->inflight = cfg->inflight;
 	cl->pool_max = cfg->pool_max;

@@ -38,6 +38,9 @@ typedef struct kvl__rcluster_cfg {
 	uint32_t timeout_ms;  /* replies, and progress of a data-path run */
 	uint64_t inflight;    /* bytes in flight per connection */
 	unsigned pool_max;    /* idle connections kept per node */
+	const struct kvl__tls *tls; /* NULL: plaintext; else every node's
+	                             * connections use TLS with this context
+	                             * (borrowed until close) */
 	/* What follows a put's value (kvl__rconn_job); borrowed until close. */
 	const char *set_tail;
 	size_t set_tail_len;

@@ -6,6 +6,8 @@
  * A control command sends its commands in one write and reads replies
  * with a hiredis reader created on first use, waiting for progress with
  * poll(2) up to the timeout; any failure marks the connection broken.
+ * Over TLS (rediss://) the handshake follows the TCP connect and the
+ * control bytes go through tls.h; the plaintext calls are unchanged.
  * One thread at a time; nothing here locks.
  */
 #include <errno.h>
@@ -39,6 +41,82 @@ static int wait_fd(int fd, short events, int64_t ms)
 		if (errno != EINTR)
 			return -1;
 	}
+}
+
+/* Control I/O without blocking, over TLS or the plain socket: the bytes
+ * moved (> 0), 0 when it would block, -1 when the connection failed (the
+ * reason in c->why). */
+static ssize_t ctl_send(kvl__rconn *c, const char *p, size_t n)
+{
+	if (c->tls) {
+		struct iovec v = { (void *)p, n };
+		ssize_t w = kvl__tls_writev(c->tls, &v, 1, c->why,
+		                            sizeof c->why);
+		return w == KVL__TLS_AGAIN ? 0 : w;
+	}
+	for (;;) {
+		ssize_t w = send(c->fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w >= 0 || errno == EAGAIN || errno == EWOULDBLOCK)
+			return w > 0 ? w : 0;
+		if (errno != EINTR)
+			break;
+	}
+	snprintf(c->why, sizeof c->why, "send failed: %s", strerror(errno));
+	return -1;
+}
+
+/* What a connection closed by the server says: on a plaintext connection
+ * that never got a reply, the likely cause too (a TLS server drops a
+ * client that does not start with a TLS handshake). */
+static void ctl_closed(kvl__rconn *c)
+{
+	snprintf(c->why, sizeof c->why, "connection closed by the server%s",
+	         !c->tls && !c->answered ?
+	         " before any reply (a TLS port? use rediss://)" :
+	         c->tls && kvl__tls_no_cert_yet(c->tls) ?
+	         " right after the TLS handshake (does the server require a "
+	         "client certificate? tls_cert=)" :
+	         "");
+}
+
+static ssize_t ctl_recv(kvl__rconn *c, char *p, size_t n)
+{
+	if (c->tls) {
+		struct iovec v = { p, n };
+		ssize_t r = kvl__tls_readv(c->tls, &v, 1, c->why,
+		                           sizeof c->why);
+		if (r == KVL__TLS_CLOSED) {
+			ctl_closed(c);
+			return -1;
+		}
+		return r == KVL__TLS_AGAIN ? 0 : r;
+	}
+	for (;;) {
+		ssize_t r = recv(c->fd, p, n, MSG_DONTWAIT);
+		if (r > 0)
+			return r;
+		if (r == 0) {
+			ctl_closed(c);
+			return -1;
+		}
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		if (errno != EINTR)
+			break;
+	}
+	snprintf(c->why, sizeof c->why, "receive failed: %s%s", strerror(errno),
+	         errno == ECONNRESET && !c->answered ?
+	         " before any reply (a TLS port? use rediss://)" :
+	         "");
+	return -1;
+}
+
+/* The events a control transfer waits for (plain: `plain`). */
+static short ctl_events(const kvl__rconn *c, int writing, short plain)
+{
+	if (!c->tls)
+		return plain;
+	return kvl__tls_events(c->tls, !writing, writing);
 }
 
 /* ---------------------------------------------------- open and control */
@@ -76,6 +154,17 @@ int kvl__rconn_open(const char *host, int port, const kvl__rconn_cfg *cfg,
 	c->stage = c->sink + RC_SINK;
 	snprintf(c->host, sizeof c->host, "%s", host);
 	snprintf(c->name, sizeof c->name, "%s:%d", host, port);
+	if (cfg->tls) {
+		int rc = kvl__tls_connect(cfg->tls, c->fd, host,
+		                          cfg->connect_timeout_ms, &c->tls,
+		                          c->why, sizeof c->why);
+		if (rc < 0) {
+			rc = kvl__fail_buf(errbuf, errlen, rc, "redis %s: %s",
+			                   c->name, c->why);
+			kvl__rconn_close(c);
+			return rc;
+		}
+	}
 
 	/* The handshake, pipelined. */
 	kvl__rcmd cmds[3];
@@ -145,6 +234,7 @@ void kvl__rconn_close(kvl__rconn *c)
 		return;
 	if (c->reader)
 		redisReaderFree(c->reader);
+	kvl__tls_close(c->tls); /* before the socket it uses */
 	redisFree(c->ctx);
 	free(c);
 }
@@ -187,27 +277,22 @@ int kvl__rconn_control(kvl__rconn *c, size_t n, const kvl__rcmd *cmds,
 	uint64_t last = kvl__now_ns();
 	size_t off = 0;
 	while (off < len) {
-		ssize_t w = send(c->fd, buf + off, len - off,
-		                 MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t w = ctl_send(c, buf + off, len - off);
 		if (w > 0) {
 			off += (size_t)w;
 			last = kvl__now_ns();
 			continue;
 		}
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		if (w == 0) {
 			int64_t left = tmo_ns - (int64_t)(kvl__now_ns() - last);
-			int r = wait_fd(c->fd, POLLOUT, left / 1000000 + 1);
-			if (r > 0)
+			int r = wait_fd(c->fd, ctl_events(c, 1, POLLOUT),
+			                left / 1000000 + 1);
+			if (r > 0 && left > 0)
 				continue;
 			snprintf(c->why, sizeof c->why,
-			         r == 0 ? "timed out after %u ms sending" :
+			         r >= 0 ? "timed out after %u ms sending" :
 			                  "poll failed sending (%u ms)",
 			         timeout_ms);
-		} else {
-			snprintf(c->why, sizeof c->why, "send failed: %s",
-			         strerror(errno));
 		}
 		rc = KVL_EIO;
 		goto out;
@@ -231,8 +316,9 @@ int kvl__rconn_control(kvl__rconn *c, size_t n, const kvl__rcmd *cmds,
 			continue;
 		}
 		char tmp[16384];
-		ssize_t r = recv(c->fd, tmp, sizeof tmp, MSG_DONTWAIT);
+		ssize_t r = ctl_recv(c, tmp, sizeof tmp);
 		if (r > 0) {
+			c->answered = 1;
 			if (redisReaderFeed(c->reader, tmp, (size_t)r) !=
 			    REDIS_OK) {
 				snprintf(c->why, sizeof c->why,
@@ -243,21 +329,14 @@ int kvl__rconn_control(kvl__rconn *c, size_t n, const kvl__rcmd *cmds,
 			last = kvl__now_ns();
 			continue;
 		}
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		if (r == 0) {
 			int64_t left = tmo_ns - (int64_t)(kvl__now_ns() - last);
-			int w = wait_fd(c->fd, POLLIN, left / 1000000 + 1);
+			int w = wait_fd(c->fd, ctl_events(c, 0, POLLIN),
+			                left / 1000000 + 1);
 			if (w > 0 && left > 0)
 				continue;
 			snprintf(c->why, sizeof c->why,
 			         "no reply within %u ms", timeout_ms);
-		} else if (r == 0) {
-			snprintf(c->why, sizeof c->why,
-			         "connection closed by the server");
-		} else {
-			snprintf(c->why, sizeof c->why, "receive failed: %s",
-			         strerror(errno));
 		}
 		rc = KVL_EIO;
 		goto out;

@@ -32,6 +32,7 @@
 #include "core/internal.h"
 
 struct redisReply; /* hiredis */
+struct kvl__tls;   /* tls.h */
 
 typedef struct kvl__rconn kvl__rconn;
 
@@ -43,12 +44,16 @@ typedef struct kvl__rconn_cfg {
 	int readonly;         /* send READONLY (cluster replica reads) */
 	uint32_t connect_timeout_ms;
 	uint32_t timeout_ms;  /* handshake replies */
+	const struct kvl__tls *tls; /* NULL: plaintext; else the TLS
+	                             * handshake follows the TCP connect */
 } kvl__rconn_cfg;
 
-/* Connects to host:port within cfg->connect_timeout_ms and runs the
- * handshake (AUTH, SELECT, READONLY as cfg says). `owner` is kept for the
- * caller (kvl__rconn_owner). Errors, with a message naming host:port in
- * errbuf: KVL_EIO (cannot connect, connection lost, authentication
+/* Connects to host:port within cfg->connect_timeout_ms, then with
+ * cfg->tls runs the TLS handshake within connect_timeout_ms more, and runs
+ * the Redis handshake (AUTH, SELECT, READONLY as cfg says). `owner` is
+ * kept for the caller (kvl__rconn_owner). Errors, with a message naming
+ * host:port in errbuf: KVL_EIO (cannot connect, TLS refused or
+ * "certificate verify failed: …", connection lost, authentication
  * refused), KVL_EINVAL (SELECT refused), KVL_ENOMEM. */
 int kvl__rconn_open(const char *host, int port, const kvl__rconn_cfg *cfg,
                     void *owner, kvl__rconn **out, char *errbuf,

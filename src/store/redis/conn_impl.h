@@ -7,7 +7,8 @@
  * owns the data path state below "the run" (see pipeline.c's file comment
  * for its invariants). `broken` and `why` are set by both: whichever
  * notices the failure first. A connection is used by one thread at a time;
- * nothing here locks.
+ * nothing here locks. With TLS (`tls` set), every byte goes through
+ * tls.h's transfers instead of the socket calls.
  */
 #ifndef KVL_REDIS_CONN_IMPL_H
 #define KVL_REDIS_CONN_IMPL_H
@@ -18,6 +19,7 @@
 
 #include "store/redis/spec.h"
 #include "store/redis/pipeline.h"
+#include "store/redis/tls.h"
 
 #define RC_IN (64u << 10)    /* input buffer */
 #define RC_SINK (16u << 10)  /* where dropped payload bytes go */
@@ -34,7 +36,9 @@ enum { RD_LINE, RD_BULK, RD_CRLF, RD_SKIP };
 struct kvl__rconn {
 	redisContext *ctx; /* owns the socket */
 	int fd;
+	kvl__tls_conn *tls; /* NULL: plaintext (sendmsg/recvmsg on fd) */
 	int broken;
+	int answered;       /* a reply has come (for the plaintext hint) */
 	void *owner;
 	kvl__rconn *next;
 	redisReader *reader; /* control replies; created on first use */

@@ -18,6 +18,12 @@
  *    new op starts, and only while it stays within the job's cap.
  * Invariant after each parse: in RD_BULK the input buffer is empty, so the
  * rest of the payload can be received straight into the destination.
+ *
+ * Over TLS the same windows and iovecs go through tls.h instead of
+ * sendmsg/recvmsg (OpenSSL decrypts into its record buffer and copies from
+ * there into the destinations: TLS's own copy), the poll events are the
+ * session's, and a session holding decrypted bytes is read without
+ * waiting. The plaintext path is unchanged.
  */
 #include <errno.h>
 #include <poll.h>
@@ -220,17 +226,30 @@ static int conn_write(kvl__rconn *c)
 			if (!c->iov_n)
 				return 0;
 		}
-		struct msghdr m = { 0 };
-		m.msg_iov = c->iov + c->iov_at;
-		m.msg_iovlen = (size_t)(c->iov_n - c->iov_at);
-		ssize_t w = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
+		ssize_t w;
+		if (c->tls) {
+			char why[sizeof c->why];
+			w = kvl__tls_writev(c->tls, c->iov + c->iov_at,
+			                    c->iov_n - c->iov_at, why,
+			                    sizeof why);
+			if (w == KVL__TLS_AGAIN)
 				return 0;
-			return conn_fail(c, KVL__ROUT_LOST, "send failed: %s",
-			                 strerror(errno));
+			if (w < 0)
+				return conn_fail(c, KVL__ROUT_LOST, "%s", why);
+		} else {
+			struct msghdr m = { 0 };
+			m.msg_iov = c->iov + c->iov_at;
+			m.msg_iovlen = (size_t)(c->iov_n - c->iov_at);
+			w = sendmsg(c->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				if (errno == EAGAIN || errno == EWOULDBLOCK)
+					return 0;
+				return conn_fail(c, KVL__ROUT_LOST,
+				                 "send failed: %s",
+				                 strerror(errno));
+			}
 		}
 		c->progress_ns = kvl__now_ns();
 		size_t done = (size_t)w;
@@ -550,17 +569,30 @@ static int conn_read(kvl__rconn *c)
 		iov[n].iov_base = c->in + c->in_len;
 		iov[n].iov_len = room;
 		n++;
-		struct msghdr m = { 0 };
-		m.msg_iov = iov;
-		m.msg_iovlen = (size_t)n;
-		ssize_t r = recvmsg(c->fd, &m, MSG_DONTWAIT);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
+		ssize_t r;
+		if (c->tls) {
+			char why[sizeof c->why];
+			r = kvl__tls_readv(c->tls, iov, n, why, sizeof why);
+			if (r == KVL__TLS_AGAIN)
 				return 0;
-			return conn_fail(c, KVL__ROUT_LOST, "receive failed: %s",
-			                 strerror(errno));
+			if (r == KVL__TLS_FAILED)
+				return conn_fail(c, KVL__ROUT_LOST, "%s", why);
+			if (r == KVL__TLS_CLOSED)
+				r = 0;
+		} else {
+			struct msghdr m = { 0 };
+			m.msg_iov = iov;
+			m.msg_iovlen = (size_t)n;
+			r = recvmsg(c->fd, &m, MSG_DONTWAIT);
+			if (r < 0) {
+				if (errno == EINTR)
+					continue;
+				if (errno == EAGAIN || errno == EWOULDBLOCK)
+					return 0;
+				return conn_fail(c, KVL__ROUT_LOST,
+				                 "receive failed: %s",
+				                 strerror(errno));
+			}
 		}
 		if (r == 0)
 			return conn_fail(c, KVL__ROUT_LOST,
@@ -638,8 +670,17 @@ void kvl__rconn_run(kvl__rconn **conns, size_t n, uint32_t timeout_ms)
 			if (dl - now < wait)
 				wait = dl - now;
 			pfd[k].fd = c->fd;
-			pfd[k].events = (short)(POLLIN | (c->iov_at < c->iov_n ?
-			                                          POLLOUT : 0));
+			if (c->tls) {
+				/* Decrypted bytes poll(2) cannot see: no wait. */
+				if (kvl__tls_pending(c->tls))
+					wait = 0;
+				pfd[k].events = kvl__tls_events(
+					c->tls, 1, c->iov_at < c->iov_n);
+			} else {
+				pfd[k].events = (short)(POLLIN |
+				                        (c->iov_at < c->iov_n ?
+				                                 POLLOUT : 0));
+			}
 			pfd[k].revents = 0;
 			map[k++] = i;
 		}
@@ -653,15 +694,18 @@ void kvl__rconn_run(kvl__rconn **conns, size_t n, uint32_t timeout_ms)
 				          "poll failed: %s", strerror(errno));
 			break;
 		}
-		for (size_t j = 0; r > 0 && j < k; j++) {
-			if (pfd[j].revents & (POLLIN | POLLHUP | POLLERR))
-				conn_read(conns[map[j]]);
+		for (size_t j = 0; r >= 0 && j < k; j++) {
+			kvl__rconn *c = conns[map[j]];
+			if (c->tls ? pfd[j].revents || kvl__tls_pending(c->tls) :
+			             pfd[j].revents & (POLLIN | POLLHUP | POLLERR))
+				conn_read(c);
 		}
 	}
 	/* A connection goes back to a pool only with nothing left over. */
 	for (size_t i = 0; i < n; i++) {
 		kvl__rconn *c = conns[i];
-		if (!c->broken && (c->in_pos != c->in_len || c->rd != RD_LINE))
+		if (!c->broken && (c->in_pos != c->in_len || c->rd != RD_LINE ||
+		                   (c->tls && kvl__tls_pending(c->tls))))
 			conn_fail(c, KVL__ROUT_LOST,
 			          "protocol error: data after the last reply");
 	}

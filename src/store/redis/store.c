@@ -1,13 +1,15 @@
 /*
- * store.c — the Redis store (scheme "redis"): what kvl_store's calls mean
- * in Redis commands, over the Redis client of cluster.h (a standalone
- * server or a Redis Cluster, found out at open; nodes, slots, routing and
- * retries are the client's).
+ * store.c — the Redis store (schemes "redis" and "rediss"): what
+ * kvl_store's calls mean in Redis commands, over the Redis client of
+ * cluster.h (a standalone server or a Redis Cluster, found out at open;
+ * nodes, slots, routing and retries are the client's).
  *
- * URI: redis://[user:password@]host:port[,host:port…][/db][?options]
+ * URI: redis[s]://[user:password@]host:port[,host:port…][/db][?options]
  * (see docs/redis.md). The hosts are the client's seeds; the options set
  * its timeouts, pools, bytes in flight and replica reads, and this file's
- * ttl.
+ * ttl; with rediss:// the tls_* options make the store's TLS context
+ * (tls.h), which every connection of the client uses and which is freed
+ * after the client.
  *
  * Objects are Redis strings: put is "SET key value NX [EX ttl]" (stored,
  * or nil: already present), exists is "EXISTS key", remove is "UNLINK key",
@@ -38,6 +40,7 @@
 #include <hiredis/hiredis.h>
 
 #include "store/redis/cluster.h"
+#include "store/redis/tls.h"
 #include "store/backend.h"
 
 #define R_GAP_MIN (64u << 10)     /* gap bytes a GETRANGE may always read */
@@ -45,6 +48,7 @@
 struct rstore {
 	/* immutable after open */
 	kvl__rcluster *cl;
+	kvl__tls *tls; /* rediss://: the context of every connection */
 	char *user, *password;
 	uint64_t ttl, max_value;
 	char set_tail[64];
@@ -561,6 +565,7 @@ static void redis_close(void *impl)
 	if (!r)
 		return;
 	kvl__rcluster_close(r->cl);
+	kvl__tls_free(r->tls); /* after every connection that uses it */
 	free(r->user);
 	free(r->password);
 	free(r);
@@ -631,6 +636,33 @@ static int redis_options(struct rstore *r, kvl__rcluster_cfg *cfg,
 	return 0;
 }
 
+/* Reads the TLS options into tc (rediss://); with redis:// each of them
+ * is refused. 0 or KVL_EPARSE. */
+static int redis_tls_options(kvl__uri *uri, int tls, kvl__tls_cfg *tc,
+                             char *errbuf, size_t errlen)
+{
+	static const char *const names[] = { "tls_ca", "tls_cert", "tls_key",
+		                             "tls_server_name" };
+	const char *v[4] = { NULL, NULL, NULL, NULL };
+	for (int i = 0; i < 4; i++) {
+		if (kvl__uri_str(uri, names[i], &v[i]) && !tls)
+			return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
+			                     "redis: option %s is for TLS: use "
+			                     "rediss://",
+			                     names[i]);
+	}
+	if (!tls)
+		return 0;
+	if (v[2] && !v[1])
+		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
+		                     "redis: tls_key=%s without tls_cert (the "
+		                     "client certificate it belongs to)",
+		                     v[2]);
+	*tc = (kvl__tls_cfg){ .ca = v[0], .cert = v[1], .key = v[2],
+		              .server_name = v[3] };
+	return 0;
+}
+
 /* Splits "user:password@" off the authority and parses the hosts into
  * the client's seeds. 0 or KVL_EPARSE / KVL_ENOMEM. */
 static int redis_authority(struct rstore *r, const char *auth, char *errbuf,
@@ -685,9 +717,15 @@ static int redis_authority(struct rstore *r, const char *auth, char *errbuf,
 static int redis_open(kvl_store *store, kvl__uri *uri, void **impl,
                       kvl__store_caps *caps, char *errbuf, size_t errlen)
 {
+	const int tls = strcmp(uri->scheme, "rediss") == 0;
 	uint64_t db = UINT64_MAX;
 	int rc;
 
+	if (strchr(uri->path, '@'))
+		/* Not shown: the part of the password after its '/'. */
+		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
+		                     "redis: a '/' before '@': write a '/' of "
+		                     "the user or password as %%2F");
 	if (uri->path[0] && strcmp(uri->path, "/") != 0) {
 		const char *p = uri->path + 1;
 		db = 0;
@@ -714,9 +752,14 @@ static int redis_open(kvl_store *store, kvl__uri *uri, void **impl,
 	if ((rc = redis_options(r, &cfg, uri, &db, errbuf, errlen)) < 0 ||
 	    (rc = redis_authority(r, uri->authority, errbuf, errlen)) < 0)
 		goto fail;
-	/* Unknown options are refused before any connection is made. */
-	if ((rc = kvl__uri_check_unused(uri, errbuf, errlen)) < 0)
+	/* Unknown options are refused before any file is read or any
+	 * connection is made. */
+	kvl__tls_cfg tc;
+	if ((rc = redis_tls_options(uri, tls, &tc, errbuf, errlen)) < 0 ||
+	    (rc = kvl__uri_check_unused(uri, errbuf, errlen)) < 0 ||
+	    (tls && (rc = kvl__tls_new(&tc, &r->tls, errbuf, errlen)) < 0))
 		goto fail;
+	cfg.tls = r->tls;
 	cfg.user = r->user;
 	cfg.password = r->password;
 	cfg.db = (uint32_t)db;
@@ -749,6 +792,19 @@ fail:
 
 const kvl__store_ops kvl__store_redis_ops = {
 	.scheme = "redis",
+	.open = redis_open,
+	.close = redis_close,
+	.exists = redis_exists,
+	.get = redis_get,
+	.put = redis_put,
+	.remove = redis_remove,
+	.reg = NULL,
+	.stats = redis_stats,
+};
+
+/* The same store over TLS: redis_open reads the scheme. */
+const kvl__store_ops kvl__store_rediss_ops = {
+	.scheme = "rediss",
 	.open = redis_open,
 	.close = redis_close,
 	.exists = redis_exists,
