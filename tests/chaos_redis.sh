@@ -9,20 +9,30 @@
 #
 # usage: bash tests/redis/run.sh cluster bash tests/chaos_redis.sh TEST_CHAOS [RUNS]
 #   (run.sh starts the cluster and exports KVL_REDIS_DIR, KVL_REDIS_SERVERS,
-#   KVL_REDIS_CLUSTER and KVL_TEST_STORE_URI). RUNS defaults to 50.
+#   KVL_REDIS_CLUSTER and KVL_TEST_STORE_URI). RUNS defaults to 50. Also
+#   under run.sh tls-cluster (KVL_REDIS_TLS_CLUSTER, a rediss:// URI), and
+#   with KVL_CHAOS_SECRET=1 every object is keyed with a store secret.
 # Exits with test_chaos's status; 1 when fewer servers were killed or paused
 # during the campaign than the minimum (below); 77 (skipped) without a
 # cluster.
 set -u
 chaos=${1:?usage: chaos_redis.sh TEST_CHAOS [RUNS]}
 runs=${2:-50}
-if [ -z "${KVL_REDIS_CLUSTER:-}" ] || [ -z "${KVL_TEST_STORE_URI:-}" ]; then
+# The cluster: run.sh's plaintext one, or its TLS one (run.sh tls-cluster).
+cluster=${KVL_REDIS_CLUSTER:-${KVL_REDIS_TLS_CLUSTER:-}}
+if [ -z "$cluster" ] || [ -z "${KVL_TEST_STORE_URI:-}" ]; then
 	echo "skipped: no cluster (run me through tests/redis/run.sh cluster)"
 	exit 77
 fi
 
 # Short timeouts: a paused node costs a call at most this long.
-uri="$KVL_TEST_STORE_URI?timeout_ms=300&connect_timeout_ms=200"
+case $KVL_TEST_STORE_URI in *\?*) sep='&' ;; *) sep='?' ;; esac
+uri="$KVL_TEST_STORE_URI${sep}timeout_ms=300&connect_timeout_ms=200"
+# KVL_CHAOS_SECRET=1: every object keyed with a store secret (secret_file).
+if [ "${KVL_CHAOS_SECRET:-0}" = 1 ]; then
+	head -c 32 /dev/urandom >"$KVL_REDIS_DIR/chaos.secret"
+	uri="$uri&secret_file=$KVL_REDIS_DIR/chaos.secret"
+fi
 
 # The campaign must really run under disturbance: at least this many kills
 # (and restarts) and pauses of a live server while it runs, and at least
@@ -44,7 +54,7 @@ alive() {
 # The disturber: every 0.1-0.5 s, one random server is killed and restarted,
 # or paused and resumed, while the campaign runs (kills first while fewer
 # than min_kills, then pauses while fewer than min_pauses, then at random).
-ports=($KVL_REDIS_CLUSTER)
+ports=($cluster)
 kills=0 pauses=0 rounds=0 rc=0
 while [ "$rounds" -lt "$max_rounds" ]; do
 	rounds=$((rounds + 1))
