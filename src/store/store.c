@@ -132,6 +132,47 @@ static int store_secret(kvl__uri *u, kvl__mac **out, char *errbuf,
 	return kvl__mac_load(path, out, errbuf, errlen);
 }
 
+/* The breaker options of a store (the tenant and the key go straight into
+ * the handle). */
+typedef struct door_opts {
+	unsigned breaker;    /* failed calls that open it; 0: off */
+	int breaker_set;     /* given in the URI (else on for remote stores) */
+	uint32_t breaker_ms; /* the prober's first back-off */
+} door_opts;
+
+/* The options every store takes, read before the backend's so that a
+ * wrapping backend (fault+) does not pass them on: breaker, breaker_ms,
+ * tenant and, unless the store is wrapped, secret_file. */
+static int door_options(kvl__uri *u, kvl_store *s, int wrapped, door_opts *d,
+                        char *msg, size_t len)
+{
+	uint64_t brk = BREAKER_DEFAULT, brk_ms = BREAKER_MS_DEFAULT;
+	int set = kvl__uri_u64(u, "breaker", &brk, msg, len);
+	int rc = set < 0 ? set : kvl__uri_u64(u, "breaker_ms", &brk_ms, msg, len);
+	if (rc < 0)
+		return rc;
+	if (brk > 1000 || brk_ms == 0 || brk_ms > BREAKER_MS_MAX)
+		return kvl__fail_buf(msg, len, KVL_EPARSE,
+		                     "store option breaker=%llu or breaker_ms=%llu "
+		                     "out of range (breaker: 0 (off) to 1000 "
+		                     "failed calls; breaker_ms: 1 to %u)",
+		                     (unsigned long long)brk,
+		                     (unsigned long long)brk_ms, BREAKER_MS_MAX);
+	*d = (door_opts){(unsigned)brk, set == 1, (uint32_t)brk_ms};
+	const char *tenant = NULL;
+	if (kvl__uri_str(u, "tenant", &tenant) == 1) {
+		if (strlen(tenant) > KVL__TENANT_MAX ||
+		    !kvl__name_ok(tenant, "._-"))
+			return kvl__fail_buf(msg, len, KVL_EPARSE,
+			                     "store option tenant='%s': 1 to %d "
+			                     "characters from [A-Za-z0-9._-]",
+			                     tenant, KVL__TENANT_MAX);
+		s->tenant_len = (size_t)snprintf(s->tenant, sizeof s->tenant,
+		                                 "kvl1:%s:", tenant);
+	}
+	return wrapped ? 0 : store_secret(u, &s->mac, msg, len);
+}
+
 /* kvl_store_open; `wrapped`: the store a wrapper wraps, which takes no
  * secret (the wrapper's door seals and checks). */
 static int store_open(const char *uri, kvl_store **out, char *errbuf,
@@ -167,35 +208,8 @@ static int store_open(const char *uri, kvl_store **out, char *errbuf,
 	}
 	kvl__err_init(&s->err);
 	s->ops = ops;
-	/* The door's options, read first: a wrapping backend (fault+) does
-	 * not pass on options already used. */
-	uint64_t brk = BREAKER_DEFAULT, brk_ms = BREAKER_MS_DEFAULT;
-	int brk_set = kvl__uri_u64(&u, "breaker", &brk, msg, sizeof msg);
-	rc = brk_set < 0 ? brk_set
-	                 : kvl__uri_u64(&u, "breaker_ms", &brk_ms, msg,
-	                                sizeof msg);
-	if (rc >= 0 && (brk > 1000 || brk_ms == 0 || brk_ms > BREAKER_MS_MAX))
-		rc = kvl__fail_buf(msg, sizeof msg, KVL_EPARSE,
-		                   "store option breaker=%llu or breaker_ms=%llu "
-		                   "out of range (breaker: 0 (off) to 1000 "
-		                   "failed calls; breaker_ms: 1 to %u)",
-		                   (unsigned long long)brk,
-		                   (unsigned long long)brk_ms, BREAKER_MS_MAX);
-	const char *tenant = NULL;
-	if (rc >= 0 && kvl__uri_str(&u, "tenant", &tenant) == 1) {
-		if (strlen(tenant) > KVL__TENANT_MAX ||
-		    !kvl__name_ok(tenant, "._-"))
-			rc = kvl__fail_buf(msg, sizeof msg, KVL_EPARSE,
-			                   "store option tenant='%s': 1 to %d "
-			                   "characters from [A-Za-z0-9._-]",
-			                   tenant, KVL__TENANT_MAX);
-		else
-			s->tenant_len = (size_t)snprintf(s->tenant,
-			                                 sizeof s->tenant,
-			                                 "kvl1:%s:", tenant);
-	}
-	if (rc >= 0 && !wrapped)
-		rc = store_secret(&u, &s->mac, msg, sizeof msg);
+	door_opts d = {0};
+	rc = door_options(&u, s, wrapped, &d, msg, sizeof msg);
 	if (rc < 0)
 		goto fail_store;
 	rc = ops->open(s, &u, &s->impl, &s->caps, msg, sizeof msg);
@@ -208,8 +222,8 @@ static int store_open(const char *uri, kvl_store **out, char *errbuf,
 		                   "in this process; tenants separate the keys "
 		                   "of a shared remote store",
 		                   ops->scheme);
-	if (rc == 0 && (brk_set || s->caps.remote) && brk &&
-	    !(s->breaker = kvl__breaker_new((unsigned)brk, (uint32_t)brk_ms,
+	if (rc == 0 && (d.breaker_set || s->caps.remote) && d.breaker &&
+	    !(s->breaker = kvl__breaker_new(d.breaker, d.breaker_ms,
 	                                    store_probe, s)))
 		rc = kvl__fail_buf(msg, sizeof msg, KVL_ENOMEM,
 		                   "kvl_store_open: out of memory");
