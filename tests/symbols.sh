@@ -24,4 +24,17 @@ if ! cmp -s "$tmp/exported" "$tmp/declared"; then
 	diff "$tmp/exported" "$tmp/declared" | grep '^[<>]'
 	exit 1
 fi
-echo "ok: $n_exp exported symbols, each a KVL_API function of kvlink.h"
+# Its soname says the ABI: libkvlink.so.0.MINOR before 1.0 (a minor version
+# may change it), libkvlink.so.MAJOR from 1.0 on.
+major=$(sed -n 's/^#define KVL_VERSION_MAJOR //p' "$hdr")
+minor=$(sed -n 's/^#define KVL_VERSION_MINOR //p' "$hdr")
+want=libkvlink.so.$major
+[ "$major" = 0 ] && want=libkvlink.so.0.$minor
+if command -v objdump >/dev/null 2>&1; then
+	soname=$(objdump -p "$lib" | awk '$1 == "SONAME" {print $2}')
+	if [ "$soname" != "$want" ]; then
+		echo "FAIL: $lib has soname '$soname', not $want"
+		exit 1
+	fi
+fi
+echo "ok: $n_exp exported symbols, each a KVL_API function of kvlink.h; soname $want"

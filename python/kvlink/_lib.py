@@ -276,7 +276,7 @@ def _candidates():
     if env:
         return [(f"${LIBRARY_ENV}", env)], env
     out = []
-    for name in ("libkvlink.so", "libkvlink.so.0"):
+    for name in ("libkvlink.so", "libkvlink.so.%d.%d" % BOUND_VERSION):
         out.append(("next to the package", os.path.join(here, name)))
     found = ctypes.util.find_library("kvlink")
     out.append(('ctypes.util.find_library("kvlink")', found))
