@@ -2,13 +2,13 @@
  * test_gpu.c — the linker with pools in GPU memory: offload after an engine
  * event, lookup, layer-wise load with CPU and stream-ordered waits, bytes
  * checked on the host; a load started after an engine event while a kernel
- * still reads the slots; a page evicted between lookup and load; stores
+ * still reads the slots, GPU ones and, in a linker with a host pool too,
+ * host ones; a page evicted between lookup and load; stores
  * without peek, read through the pinned ring; stores with a secret
  * (secret_file): keyed objects through the ring (layer by layer and whole)
  * and in place, and never valid to a linker whose store has another
  * secret or none; the copy kernel on chunks of every shape. Skips (exit
- * 77) in builds without CUDA or on
- * machines without a usable GPU.
+ * 77) in builds without CUDA or on machines without a usable GPU.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,6 +387,113 @@ out:
 	kvl_store_close(r);
 }
 
+/* A linker with a GPU pool and a host pool: a batch started after an event
+ * writes the host slots only once the event completed, too (the loader
+ * waits for it), while a kernel still reads them (the host pool lives in
+ * pinned, mapped memory that kernels read in place). */
+static void gated_host_pool(void)
+{
+	const size_t hb = (size_t)LAYERS * SLOTS * PAGE_BYTES;
+	uint8_t *hp = kvl__cuda_host_alloc(hb);
+	uint8_t *snap = kvl__cuda_dev_alloc(hb);
+	EXPECT_TRUE_MSG(hp && snap, "pinned host pool and snapshot");
+	if (!hp || !snap)
+		return;
+	kvl_layout *l;
+	int kv, hpool;
+	kvl_layout_create("gpu-mixed", 16, NULL, &l, NULL, 0);
+	kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &kv);
+	kvl_layout_add_pool(l, "h", KVL_HIT_ALL_PAGES, 0, 0, &hpool);
+	for (uint32_t layer = 0; layer < LAYERS; layer++) {
+		kvl_buffer b = {.base = at(dev_pool, layer, 0, 0),
+		                .page_stride = PAGE_BYTES,
+		                .page_bytes = PAGE_BYTES, .num_pages = SLOTS,
+		                .mem = KVL_MEM_CUDA, .device = 0};
+		kvl_layout_add_buffer(l, kv, "k", layer, &b);
+		kvl_buffer h = {.base = hp + (size_t)layer * SLOTS * PAGE_BYTES,
+		                .page_stride = PAGE_BYTES,
+		                .page_bytes = PAGE_BYTES, .num_pages = SLOTS,
+		                .mem = KVL_MEM_HOST};
+		kvl_layout_add_buffer(l, hpool, "c", layer, &h);
+	}
+	int rc = kvl_layout_finalize(l);
+	EXPECT_RC(l, rc, 0);
+	kvl_store *st;
+	char err[256];
+	rc = kvl_store_open("mem:?capacity=256MiB", &st, err, sizeof err);
+	EXPECT_RC(err, rc, 0);
+	kvl_linker *lk = NULL;
+	rc = kvl_linker_open(st, l, NULL, &lk, err, sizeof err);
+	EXPECT_RC(err, rc, 0);
+	if (!lk)
+		return;
+
+	kvl_hash pages[PAGES];
+	size_t src[PAGES], dst[PAGES];
+	make_pages(pages, src, dst, 0x6c);
+	cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
+	for (size_t i = 0; i < PAGES; i++)
+		for (size_t layer = 0; layer < LAYERS; layer++)
+			for (size_t k = 0; k < PAGE_BYTES; k++)
+				hp[(layer * SLOTS + src[i]) * PAGE_BYTES + k] =
+					pattern(i, layer, 9, k);
+	const size_t *sl[2] = {src, src};
+	rc = kvl_linker_offload(lk, 1, pages, PAGES, sl, NULL);
+	EXPECT_RC(lk, rc, 0);
+	kvl_completion c;
+	collect(lk, 1, &c);
+	EXPECT_CODE_MSG(c.status, 0, "mixed offload: %zu valid",
+	                c.valid_pages);
+
+	memset(hp, 0, hb);
+	cudaMemset(snap, 0xff, hb);
+	cudaDeviceSynchronize();
+	cudaStream_t s;
+	cudaEvent_t ev;
+	cudaStreamCreate(&s);
+	cudaEventCreate(&ev);
+	EXPECT_CODE_MSG(kvl_test_slow_read(hp, snap, hb, 300000000ull, s), 0,
+	                "the reader kernel on host slots");
+	cudaEventRecord(ev, s);
+	const size_t *dl[2] = {dst, dst};
+	rc = kvl_linker_load(lk, 2, pages, PAGES, dl);
+	EXPECT_RC(lk, rc, 0);
+	uint64_t batch;
+	rc = kvl_linker_start_after(lk, ev, &batch);
+	EXPECT_RC(lk, rc, 0);
+	for (uint32_t layer = 0; layer < LAYERS; layer++) {
+		rc = kvl_linker_wait(lk, batch, layer, 10000);
+		EXPECT_RC(lk, rc, 0);
+	}
+	collect(lk, 2, &c);
+	EXPECT_CODE_MSG(c.status, 0, "mixed gated load: %zu valid",
+	                c.valid_pages);
+	cudaStreamSynchronize(s);
+	uint8_t *seen = malloc(hb);
+	cudaMemcpy(seen, snap, hb, cudaMemcpyDeviceToHost);
+	size_t written = 0;
+	for (size_t i = 0; i < hb; i++)
+		written += seen[i] != 0;
+	EXPECT_EQ_MSG(written, 0,
+	              "the reader of host slots saw %zu bytes of the batch",
+	              written);
+	size_t bad = 0;
+	for (size_t i = 0; i < PAGES; i++)
+		for (size_t layer = 0; layer < LAYERS; layer++)
+			for (size_t k = 0; k < PAGE_BYTES; k++)
+				bad += hp[(layer * SLOTS + dst[i]) * PAGE_BYTES +
+				          k] != pattern(i, layer, 9, k);
+	EXPECT_EQ_MSG(bad, 0, "mixed gated load: %zu wrong host bytes", bad);
+	free(seen);
+	cudaEventDestroy(ev);
+	cudaStreamDestroy(s);
+	kvl_linker_close(lk);
+	kvl_store_close(st);
+	kvl_layout_free(l);
+	kvl__cuda_dev_free(snap);
+	kvl__cuda_host_free(hp);
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -606,6 +713,7 @@ int main(void)
 	 * 3 refills each half many times per layer. With io_batch 3 a launch
 	 * holds less than a page's chunks of all layers: offloads still
 	 * go a page at a time. */
+	gated_host_pool();
 	through_store(l, "mem:?capacity=256MiB", 3);
 	through_store(l, "fault+mem:?capacity=256MiB", 0);
 	through_store(l, "fault+mem:?capacity=256MiB", 3);
