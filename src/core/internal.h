@@ -96,4 +96,8 @@ uint64_t kvl__now_ns(void);
  * condition variables set to that clock. */
 struct timespec kvl__deadline_after(uint32_t ms);
 
+/* pthread_cond_init on the CLOCK_MONOTONIC clock, the clock of
+ * kvl__deadline_after. 0, or pthread's error. */
+int kvl__cond_init_monotonic(pthread_cond_t *cv);
+
 #endif /* KVL_INTERNAL_H */

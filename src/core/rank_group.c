@@ -62,14 +62,7 @@ int kvl_rank_group_create(unsigned n_ranks, unsigned timeout_ms,
 	g->n_ranks = n_ranks;
 	g->timeout_ms = timeout_ms;
 
-	pthread_condattr_t ca;
-	if (pthread_condattr_init(&ca) != 0)
-		goto fail_slots;
-	int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (rc == 0)
-		rc = pthread_cond_init(&g->cv, &ca);
-	pthread_condattr_destroy(&ca);
-	if (rc != 0)
+	if (kvl__cond_init_monotonic(&g->cv) != 0)
 		goto fail_slots;
 	if (pthread_mutex_init(&g->mu, NULL) != 0)
 		goto fail_cv;

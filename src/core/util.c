@@ -39,6 +39,19 @@ uint64_t kvl__now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+int kvl__cond_init_monotonic(pthread_cond_t *cv)
+{
+	pthread_condattr_t ca;
+	int rc = pthread_condattr_init(&ca);
+	if (rc)
+		return rc;
+	rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (rc == 0)
+		rc = pthread_cond_init(cv, &ca);
+	pthread_condattr_destroy(&ca);
+	return rc;
+}
+
 struct timespec kvl__deadline_after(uint32_t ms)
 {
 	struct timespec ts;

@@ -135,13 +135,9 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 	}
 	kvl__err_init(&lk->err);
 	pthread_mutex_init(&lk->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&lk->cv_loader, &ca);
-	pthread_cond_init(&lk->cv_offloader, &ca);
-	pthread_cond_init(&lk->cv_progress, &ca);
-	pthread_condattr_destroy(&ca);
+	kvl__cond_init_monotonic(&lk->cv_loader);
+	kvl__cond_init_monotonic(&lk->cv_offloader);
+	kvl__cond_init_monotonic(&lk->cv_progress);
 	for (size_t i = 0; i < KVL_LINKER_MAX_BATCHES; i++)
 		lk->batches[i].finished = 1;
 	pthread_mutex_init(&lk->lookup.mu, NULL);

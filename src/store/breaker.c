@@ -50,11 +50,7 @@ kvl__breaker *kvl__breaker_new(unsigned threshold, uint32_t backoff_ms,
 	atomic_init(&b->opens, 0);
 	atomic_init(&b->refused, 0);
 	pthread_mutex_init(&b->mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&b->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	kvl__cond_init_monotonic(&b->cv);
 	return b;
 }
 

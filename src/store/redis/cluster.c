@@ -363,11 +363,7 @@ int kvl__rcluster_new(kvl__rcluster **out)
 		return KVL_ENOMEM;
 	pthread_mutex_init(&cl->mu, NULL);
 	pthread_mutex_init(&cl->probe_mu, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&cl->probe_cv, &ca);
-	pthread_condattr_destroy(&ca);
+	kvl__cond_init_monotonic(&cl->probe_cv);
 	atomic_init(&cl->n_nodes, 0);
 	*out = cl;
 	return 0;
