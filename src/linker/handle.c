@@ -288,12 +288,7 @@ static int accept_locked(kvl_linker *lk, lk_req *r)
 static void unaccept_locked(kvl_linker *lk, lk_req *r)
 {
 	lk->accounted--;
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		lk->open = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
+	kvl__lk_unlink_open_locked(lk, r);
 }
 
 int kvl_linker_load(kvl_linker *lk, uint64_t id, const kvl_hash *pages,

@@ -174,6 +174,9 @@ void kvl__lk_req_fail(lk_req *r, size_t page, int code);
  * present, or its page failed. */
 void kvl__lk_count_put(kvl_linker *lk, lk_req *r, const lk_item *it, int res);
 
+/* Takes r out of the linker's list of open requests. Caller holds mu. */
+void kvl__lk_unlink_open_locked(kvl_linker *lk, lk_req *r);
+
 /* Moves r from the open list into the completion ring and frees it. Caller
  * holds mu. */
 void kvl__lk_post_locked(kvl_linker *lk, lk_req *r);

@@ -125,7 +125,7 @@ void kvl__lk_count_put(kvl_linker *lk, lk_req *r, const lk_item *it, int res)
 
 /* ------------------------------------------------------------ completing */
 
-void kvl__lk_post_locked(kvl_linker *lk, lk_req *r)
+void kvl__lk_unlink_open_locked(kvl_linker *lk, lk_req *r)
 {
 	if (r->prev)
 		r->prev->next = r->next;
@@ -133,6 +133,11 @@ void kvl__lk_post_locked(kvl_linker *lk, lk_req *r)
 		lk->open = r->next;
 	if (r->next)
 		r->next->prev = r->prev;
+}
+
+void kvl__lk_post_locked(kvl_linker *lk, lk_req *r)
+{
+	kvl__lk_unlink_open_locked(lk, r);
 	size_t valid = r->first_bad;
 	kvl_completion c = {.id = r->id, .kind = r->kind, .status = r->status,
 	                    .valid_pages = valid, .n_pages = r->n_pages};
