@@ -782,7 +782,7 @@ static int redis_open(kvl_store *store, kvl__uri *uri, void **impl,
 		goto fail;
 	r->max_value = kvl__rcluster_max_bulk(r->cl);
 	(void)store;
-	caps->remote = 1; /* never trusted: kvlink verifies reads */
+	caps->remote = 1; /* and never trusted: kvlink verifies reads */
 	*impl = r;
 	return 0;
 fail:
@@ -790,27 +790,15 @@ fail:
 	return rc;
 }
 
-const kvl__store_ops kvl__store_redis_ops = {
-	.scheme = "redis",
-	.open = redis_open,
-	.close = redis_close,
-	.exists = redis_exists,
-	.get = redis_get,
-	.put = redis_put,
-	.remove = redis_remove,
-	.reg = NULL,
-	.stats = redis_stats,
-};
+/* redis:// and rediss:// (over TLS) are one backend: redis_open reads the
+ * scheme. */
+#define REDIS_OPS(name)                                                   \
+	{                                                                 \
+		.scheme = name, .open = redis_open, .close = redis_close, \
+		.exists = redis_exists, .get = redis_get,                 \
+		.put = redis_put, .remove = redis_remove, .reg = NULL,    \
+		.stats = redis_stats,                                     \
+	}
 
-/* The same store over TLS: redis_open reads the scheme. */
-const kvl__store_ops kvl__store_rediss_ops = {
-	.scheme = "rediss",
-	.open = redis_open,
-	.close = redis_close,
-	.exists = redis_exists,
-	.get = redis_get,
-	.put = redis_put,
-	.remove = redis_remove,
-	.reg = NULL,
-	.stats = redis_stats,
-};
+const kvl__store_ops kvl__store_redis_ops = REDIS_OPS("redis");
+const kvl__store_ops kvl__store_rediss_ops = REDIS_OPS("rediss");
