@@ -38,6 +38,7 @@
 
 #include "support/clock.h"
 #include "support/kvl_assert.h"
+#include "support/shell.h"
 #include "support/rand.h"
 #include "support/stores.h"
 
@@ -58,35 +59,6 @@ int main(void)
 
 static int standalone_port;
 static int cluster_ports[6]; /* masters first */
-
-/* Runs a shell command; its standard output (trimmed) goes to out. Returns
- * the exit status. */
-static int shell(char *out, size_t cap, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int shell(char *out, size_t cap, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof cmd, fmt, ap);
-	va_end(ap);
-	FILE *f = popen(cmd, "r");
-	assert_non_null(f);
-	size_t n = 0;
-	char tmp[4096];
-	size_t r;
-	while ((r = fread(tmp, 1, sizeof tmp, f)) > 0)
-		for (size_t i = 0; i < r; i++)
-			if (out && n + 1 < cap)
-				out[n++] = tmp[i];
-	int st = pclose(f);
-	if (out) {
-		while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
-			n--;
-		out[n] = '\0';
-	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* redis-cli against 127.0.0.1:port; the output into out. */
 #define CLI(out, port, fmt, ...)                                            \

@@ -26,7 +26,6 @@
  */
 #include <errno.h>
 #include <setjmp.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +36,7 @@
 #include <cmocka.h>
 
 #include "support/kvl_assert.h"
+#include "support/shell.h"
 #include "support/rand.h"
 #include "support/stores.h"
 
@@ -60,35 +60,6 @@ static int tls_port;          /* the TLS standalone server */
 static int cluster_ports[3];  /* the TLS cluster's masters */
 
 /* ================================================================ helpers */
-
-/* Runs a shell command; its standard output (trimmed) into out. Returns
- * the exit status. */
-static int shell(char *out, size_t cap, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int shell(char *out, size_t cap, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof cmd, fmt, ap);
-	va_end(ap);
-	FILE *f = popen(cmd, "r");
-	assert_non_null(f);
-	size_t n = 0;
-	char tmp[4096];
-	size_t r;
-	while ((r = fread(tmp, 1, sizeof tmp, f)) > 0)
-		for (size_t i = 0; i < r; i++)
-			if (out && n + 1 < cap)
-				out[n++] = tmp[i];
-	int st = pclose(f);
-	if (out) {
-		while (n && (out[n - 1] == '\n' || out[n - 1] == ' '))
-			n--;
-		out[n] = '\0';
-	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* servers.sh CMD "$KVL_REDIS_DIR" ARGS: a port for the start commands. */
 static int servers(const char *cmd, const char *args)
