@@ -18,6 +18,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
+#include "bench_args.h"
 #include "codec_bench.h"
 
 typedef struct cand {
@@ -114,19 +115,13 @@ int main(int argc, char **argv)
 			seconds = atof(argv[++i]);
 		} else if (!strcmp(argv[i], "--json")) {
 			json = 1;
-		} else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
-			n_sizes = 0;
-			for (char *s = strtok(argv[++i], ","); s && n_sizes < 8;
-			     s = strtok(NULL, ",")) {
-				char *e;
-				size_t v = strtoull(s, &e, 10);
-				if (*e == 'K' || *e == 'k')
-					v <<= 10;
-				else if (*e == 'M' || *e == 'm')
-					v <<= 20;
-				if (v >= 64)
-					sizes[n_sizes++] = v;
-			}
+		} else if (!strcmp(argv[i], "--sizes") && i + 1 < argc &&
+		           (n_sizes = bench_sizes(argv[++i], sizes, 8)) >= 0) {
+			int k = 0; /* below 64 bytes there is nothing to time */
+			for (int j = 0; j < n_sizes; j++)
+				if (sizes[j] >= 64)
+					sizes[k++] = sizes[j];
+			n_sizes = k;
 		} else {
 			fprintf(stderr, "usage: bench_mac [--seconds S] "
 			                "[--sizes 16K,64K,…] [--json]\n");

@@ -75,6 +75,7 @@ int main(void)
 
 #include "store/redis/spec.h"
 
+#include "bench_args.h"
 #include "codec_bench.h"
 
 #define MAX_NODES 64
@@ -399,19 +400,10 @@ int main(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--json"))
 			json = 1;
-		else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
-			n_sizes = 0;
-			for (char *s = strtok(argv[++i], ","); s && n_sizes < 16;
-			     s = strtok(NULL, ",")) {
-				char *e;
-				size_t v = strtoull(s, &e, 10);
-				if (*e == 'K' || *e == 'k')
-					v <<= 10;
-				else if (*e == 'M' || *e == 'm')
-					v <<= 20;
-				sizes[n_sizes++] = v;
-			}
-		} else {
+		else if (!strcmp(argv[i], "--sizes") && i + 1 < argc &&
+		         (n_sizes = bench_sizes(argv[++i], sizes, 16)) >= 0)
+			continue; /* a malformed list falls to the usage */
+		else {
 			fprintf(stderr,
 			        "usage: bench_redis --uri redis://HOST:PORT[,…] "
 			        "[--mib N] [--batch-mib N] [--reps N] "
