@@ -87,12 +87,6 @@ static int field_of(const uint8_t *hdr, const kvl__mac *key, uint32_t i,
 	return 0;
 }
 
-int kvl__obj_layer_field(const uint8_t *hdr, const kvl__mac *key, uint32_t i,
-                         const kvl_iov *parts, size_t n, uint8_t *out)
-{
-	return field_of(hdr, key, i, parts, n, out);
-}
-
 int kvl__layer_field_slot(const kvl__pool *p, const kvl__layer *ly,
                           size_t slot, const uint8_t *hdr,
                           const kvl__mac *key, uint8_t *out)

@@ -87,15 +87,6 @@ static inline kvl__obj_id kvl__page_id(const kvl__pool *p, const kvl_hash *page)
 int kvl__obj_header_start(uint8_t *dst, const kvl__obj_id *id, int summed,
                           const kvl__mac *key);
 
-/* The integrity field of layer index i (0-based, in layer order) of the
- * object whose header `hdr` was started (or checked), over its bytes given
- * in n pieces, into out (KVL__OBJ_FIELD bytes): XXH3-128, or the keyed tag
- * when the header says keyed (with `key`). Returns 0, or KVL_ECORRUPT when
- * the header is keyed and key is NULL or OpenSSL failed (out is then
- * zeros, which a check must not accept: the caller fails the layer). */
-int kvl__obj_layer_field(const uint8_t *hdr, const kvl__mac *key, uint32_t i,
-                         const kvl_iov *parts, size_t n, uint8_t *out);
-
 /* Stores layer i's field in a started header. */
 void kvl__obj_layer_set(uint8_t *hdr, uint32_t i, const uint8_t *field);
 
@@ -120,7 +111,7 @@ int kvl__obj_header_check(const uint8_t *src, size_t len,
 
 /* Whether layer index i of an object whose header passed
  * kvl__obj_header_check has integrity field `actual` (as
- * kvl__obj_layer_field computed it): 0, or KVL_ECORRUPT when it differs or
+ * kvl__layer_field_slot computes it): 0, or KVL_ECORRUPT when it differs or
  * the object is unsummed. Keyed fields compare in constant time. */
 int kvl__obj_layer_ok(const uint8_t *hdr, uint32_t i, const uint8_t *actual);
 
@@ -131,8 +122,12 @@ int kvl__obj_layer_ok(const uint8_t *hdr, uint32_t i, const uint8_t *actual);
 void kvl__checksum(const void *data, size_t len, uint64_t seed,
                    uint8_t *out);
 
-/* The integrity field of layer `ly` as it sits in host slot `slot`, under
- * header hdr (kvl__obj_layer_field over its components in order). */
+/* The integrity field of layer `ly` as it sits in host slot `slot` (its
+ * components in order), of the object whose header `hdr` was started (or
+ * checked), into out (KVL__OBJ_FIELD bytes): XXH3-128, or the keyed tag
+ * when the header says keyed (with `key`). Returns 0, or KVL_ECORRUPT when
+ * the header is keyed and key is NULL or OpenSSL failed (out is then
+ * zeros, which a check must not accept: the caller fails the layer). */
 int kvl__layer_field_slot(const kvl__pool *p, const kvl__layer *ly,
                           size_t slot, const uint8_t *hdr,
                           const kvl__mac *key, uint8_t *out);
