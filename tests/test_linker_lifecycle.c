@@ -684,9 +684,11 @@ static void *engine_main(void *p)
 			req_pool(&r, dst->kv, a->t * 4, 0);
 			rc = kvl_linker_load(sh->lk, id, r.pages, 4,
 			                     r.sp);
-			/* Its previous load may hold them for the batch. */
-			if (rc == KVL_EINVAL &&
-			    strstr(kvl_linker_errmsg(sh->lk), "same batch"))
+			/* Its previous load may hold them for the batch: with
+			 * these valid arguments, the only KVL_EINVAL. (Not
+			 * told by the message: the handle keeps the latest
+			 * failure of any thread, another engine's maybe.) */
+			if (rc == KVL_EINVAL)
 				continue;
 			if (rc) {
 				if (!refused(sh, rc))

@@ -405,9 +405,10 @@ def test_exactly_once_with_threads(engines):
                     dst.lk.load(rid, pages[:4], range(4 * t, 4 * t + 4))
             except kvl.Full:
                 continue
-            except kvl.InvalidArgument as e:
-                # its previous load holds these slots for the batch
-                assert "same batch" in str(e), e
+            except kvl.InvalidArgument:
+                # its previous load holds these slots for the batch: with
+                # these valid arguments the only InvalidArgument (its text
+                # may be another thread's: a handle keeps its latest failure)
                 continue
             with lock:
                 accepted.append(rid)
