@@ -244,6 +244,27 @@ KVL_API int kvl_linker_lookup(kvl_linker *lk, const kvl_hash *pages,
                               const uint8_t *const *pool_pages,
                               size_t *prefix_out);
 
+/* This rank's restorable set of `pages` (see kvl_restorable_set), without
+ * the all-reduce, for engines that intersect the sets of their ranks
+ * themselves (SGLang all-reduces them with MIN over its process groups).
+ * The linker's allreduce option is not called.
+ *
+ * pages, pool_pages  as kvl_linker_lookup.
+ * bits       [out] n_words words (at least kvl_bitmap_words(n_pages)): bit
+ *            p set when a prefix of p pages is restorable here; the words
+ *            beyond kvl_bitmap_words(n_pages) are left alone. On any
+ *            failure but a NULL or short `bits` it holds the empty prefix
+ *            only (bit 0), so a caller that intersects it anyway never
+ *            restores through a failed store.
+ * Errors: KVL_EINVAL (NULL lk, bits or pages, or pool_pages asking for no
+ * page), KVL_ERANGE (n_words too small: nothing written; n_pages >
+ * max_request_pages), KVL_EIO (store down or failing any key), KVL_ENOMEM.
+ * Thread-safe (lookups on one linker run one at a time). */
+KVL_API int kvl_linker_lookup_set(kvl_linker *lk, const kvl_hash *pages,
+                                  size_t n_pages,
+                                  const uint8_t *const *pool_pages,
+                                  uint64_t *bits, size_t n_words);
+
 /* Queues a load of n_pages pages for request `id`.
  * slots   one entry per pool: NULL = nothing of that pool; else n_pages
  *         destination slots, KVL_NO_SLOT for a page not loaded in that pool
@@ -499,6 +520,22 @@ KVL_API int kvl_layout_create(const char *model_tag, uint32_t page_size,
 KVL_API int kvl_layout_add_pool(kvl_layout *layout, const char *name,
                                 kvl_hit_policy policy, uint32_t window,
                                 uint32_t flags, int *pool_out);
+
+/* Declares how pool `pool` keeps its elements, so that layouts that agree
+ * in sizes but not in format never share objects, whatever their model tags
+ * say: `dtype` names the element type (e.g. "bfloat16", "float8_e4m3fn")
+ * and `memory_layout` the order of a page's bytes inside each component
+ * (e.g. "NHD" or "HND"; NULL or "" when there is one order only). Both
+ * join the pool's fingerprint and so its keys. A pool whose format is not
+ * declared keeps the fingerprint (and keys) it had before this call
+ * existed. Calling it again replaces the format.
+ * dtype: 1..KVL_NAME_MAX characters from [A-Za-z0-9._-]; memory_layout: up
+ * to KVL_NAME_MAX of them.
+ * Errors: KVL_EINVAL (bad dtype or memory_layout), KVL_ENOTFOUND (unknown
+ * pool id), KVL_ESTATE (layout finalized). Not thread-safe. */
+KVL_API int kvl_layout_pool_format(kvl_layout *layout, int pool,
+                                   const char *dtype,
+                                   const char *memory_layout);
 
 /* Describes where component `component` of model layer `layer` of pool `pool`
  * keeps its pages. A pool's layers may be sparse (e.g. only every fourth layer

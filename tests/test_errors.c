@@ -317,6 +317,29 @@ static int r_pool_flags(void)
 {
 	return add_pool("kv", KVL_HIT_ALL_PAGES, 0, 0x8, 0);
 }
+static int pool_format(const char *dtype, const char *mem_layout, int pool)
+{
+	kvl_layout *l = layout_new();
+	int id, rc = kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &id);
+	if (rc == 0)
+		rc = kvl_layout_pool_format(l, id + pool, dtype, mem_layout);
+	note(rc, kvl_layout_errmsg(l));
+	kvl_layout_free(l);
+	return rc;
+}
+static int r_format_dtype_null(void) { return pool_format(NULL, "", 0); }
+static int r_format_dtype_bad(void) { return pool_format("bf 16", "", 0); }
+static int r_format_layout_bad(void) { return pool_format("bf16", "N/HD", 0); }
+static int r_format_pool(void) { return pool_format("bf16", "NHD", 1); }
+static int r_format_finalized(void)
+{
+	eng e;
+	eng_init(&e);
+	int rc = kvl_layout_pool_format(e.l, 0, "bf16", NULL);
+	note(rc, kvl_layout_errmsg(e.l));
+	eng_free(&e);
+	return rc;
+}
 static int r_pool_finalized(void)
 {
 	eng e;
@@ -1581,6 +1604,41 @@ static int r_lookup_key_errors(void)
 	return lks_close(&x, p == 0 ? rc : -999);
 }
 
+/* lookup_set into `words` words; -999 unless a failure left bits empty
+ * (bit 0 only) or, for a short bitmap, untouched. */
+static int lookup_set(const char *uri, const kvl_linker_opts *o,
+                      size_t n_words)
+{
+	lks x;
+	lks_open(&x, uri, o);
+	uint64_t bits[2] = {42, 42};
+	int rc = kvl_linker_lookup_set(x.lk, x.pages, 4, NULL, bits, n_words);
+	uint64_t want = n_words ? 1 : 42;
+	return lks_close(&x, rc && bits[0] != want ? -999 : rc);
+}
+static int r_lookup_set_short(void) { return lookup_set("mem:", NULL, 0); }
+static int r_lookup_set_bits_null(void)
+{
+	lks x;
+	lks_open(&x, "mem:", NULL);
+	return lks_close(&x, kvl_linker_lookup_set(x.lk, x.pages, 4, NULL,
+	                                           NULL, 1));
+}
+static int r_lookup_set_too_many(void)
+{
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.max_request_pages = 2;
+	return lookup_set("mem:", &o, 1);
+}
+static int r_lookup_set_down(void)
+{
+	return lookup_set("fault+mem:?fault.down=1", NULL, 1);
+}
+static int r_lookup_set_key_errors(void)
+{
+	return lookup_set("fault+mem:?fault.error=1", NULL, 1);
+}
+
 static int failing_allreduce(uint64_t *bits, size_t n, void *user)
 {
 	(void)bits;
@@ -2125,6 +2183,11 @@ static const row rows[] = {
 	R("pool.window-zero", r_pool_window_zero),
 	R("pool.flags", r_pool_flags),
 	R("pool.finalized", r_pool_finalized),
+	R("format.dtype-null", r_format_dtype_null),
+	R("format.dtype-bad", r_format_dtype_bad),
+	R("format.layout-bad", r_format_layout_bad),
+	R("format.unknown-pool", r_format_pool),
+	R("format.finalized", r_format_finalized),
 	R("buffer.misaligned", r_buffer_misaligned),
 	R("buffer.stride", r_buffer_stride),
 	R("buffer.bytes-zero", r_buffer_bytes_zero),
@@ -2268,6 +2331,11 @@ static const row rows[] = {
 	R("lookup.store-down", r_lookup_down),
 	R("lookup.key-errors", r_lookup_key_errors),
 	R("lookup.allreduce", r_lookup_allreduce),
+	R("lookup-set.bits-null", r_lookup_set_bits_null),
+	R("lookup-set.bits-short", r_lookup_set_short),
+	R("lookup-set.too-many-pages", r_lookup_set_too_many),
+	R("lookup-set.store-down", r_lookup_set_down),
+	R("lookup-set.key-errors", r_lookup_set_key_errors),
 	R("load.no-pages", r_load_no_pages),
 	R("load.slots-null", r_load_slots_null),
 	R("load.slot-range", r_load_slot_range),

@@ -42,13 +42,6 @@ static _Alignas(64) uint8_t arena2[ARENA_BYTES];
 
 /* ================================================================= helpers */
 
-/* Asserts code `got` equals `want` and the layout's message names `needle`. */
-#define ASSERT_FAILS(l, call, want, needle)                                \
-	do {                                                               \
-		ASSERT_RC(l, call, want);                                  \
-		ASSERT_CONTAINS(kvl_layout_errmsg(l), needle);             \
-	} while (0)
-
 static kvl_buffer hbuf(void *base, size_t stride, size_t bytes, size_t pages)
 {
 	return (kvl_buffer){.base = base, .page_stride = stride,
@@ -109,7 +102,11 @@ typedef struct spec {
 	size_t stride;     /* bytes between slots */
 	size_t pages;      /* slots */
 	int second_pool;   /* also add pool "swa" */
+	const char *dtype, *mem_layout; /* kvl_layout_pool_format when dtype */
 } spec;
+
+/* base_spec's pool fingerprint, as kvlink 0.3 computed it. */
+#define BASE_FP "97cb29a38577dbcc3b41632ed5ad3c32"
 
 static spec base_spec(void)
 {
@@ -126,6 +123,10 @@ static kvl_layout *build(const spec *s)
 {
 	kvl_layout *l = new_layout(s->tag, s->page_size, &s->shard);
 	int p = add_pool(l, s->pool, s->policy, s->window, s->flags);
+	if (s->dtype)
+		ASSERT_RC(l, kvl_layout_pool_format(l, p, s->dtype,
+		                                    s->mem_layout),
+		          KVL_OK);
 	uint8_t *m = s->mem;
 	for (size_t i = 0; i < s->n_layers; i++) {
 		add_buf(l, p, s->comp_k, s->layers[i],
@@ -1183,6 +1184,82 @@ static void test_fingerprint_covers(void **state)
 	expect_fp_differs(&v, "the split between components");
 }
 
+/* Asserts that specs a and b give different pool fingerprints. */
+static void expect_fp_pair_differs(const spec *a, const spec *b,
+                                   const char *what)
+{
+	kvl_layout *la = build(a), *lb = build(b);
+	char fa[33], fb[33];
+	fp_of(la, 0, fa);
+	fp_of(lb, 0, fb);
+	if (!strcmp(fa, fb))
+		print_error("fingerprint ignores %s\n", what);
+	assert_string_not_equal(fa, fb);
+	kvl_layout_free(la);
+	kvl_layout_free(lb);
+}
+
+/* kvl_layout_pool_format: the dtype and the memory layout are in the
+ * fingerprint; a layout that declares none keeps the fingerprint of the
+ * versions before it (so its stored objects keep their keys). */
+static void test_fingerprint_format(void **state)
+{
+	(void)state;
+	spec b = base_spec();
+	kvl_layout *lb = build(&b);
+	char fb[33];
+	fp_of(lb, 0, fb);
+	/* The fingerprint kvlink 0.3 gave this pool. */
+	assert_string_equal(fb, BASE_FP);
+	kvl_layout_free(lb);
+
+	spec bf = base_spec(), f16 = base_spec(), nhd = base_spec(),
+	     hnd = base_spec();
+	bf.dtype = "bfloat16";
+	f16.dtype = "float16";
+	nhd.dtype = hnd.dtype = "bfloat16";
+	nhd.mem_layout = "NHD";
+	hnd.mem_layout = "HND";
+	expect_fp_differs(&bf, "a declared dtype");
+	expect_fp_pair_differs(&bf, &f16, "the dtype");
+	expect_fp_pair_differs(&nhd, &hnd, "the memory layout");
+	expect_fp_pair_differs(&bf, &nhd, "a declared memory layout");
+	/* "" and NULL both mean one order only. */
+	spec empty = base_spec();
+	empty.dtype = "bfloat16";
+	empty.mem_layout = "";
+	kvl_layout *l1 = build(&bf), *l2 = build(&empty);
+	char f1[33], f2[33];
+	fp_of(l1, 0, f1);
+	fp_of(l2, 0, f2);
+	assert_string_equal(f1, f2);
+	kvl_layout_free(l1);
+	kvl_layout_free(l2);
+
+	/* Errors. */
+	kvl_layout *l = new_layout("m", 16, NULL);
+	int p = add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0);
+	ASSERT_FAILS(l, kvl_layout_pool_format(l, p, NULL, NULL), KVL_EINVAL,
+	             "dtype");
+	ASSERT_FAILS(l, kvl_layout_pool_format(l, p, "", NULL), KVL_EINVAL,
+	             "dtype");
+	ASSERT_FAILS(l, kvl_layout_pool_format(l, p, "bf 16", NULL),
+	             KVL_EINVAL, "dtype");
+	ASSERT_FAILS(l, kvl_layout_pool_format(l, p, "bf16", "N/HD"),
+	             KVL_EINVAL, "memory_layout");
+	ASSERT_FAILS(l, kvl_layout_pool_format(l, p + 1, "bf16", NULL),
+	             KVL_ENOTFOUND, "unknown pool");
+	ASSERT_FAILS(l, kvl_layout_pool_format(l, -1, "bf16", NULL),
+	             KVL_ENOTFOUND, "unknown pool");
+	assert_int_equal(kvl_layout_pool_format(NULL, 0, "bf16", NULL),
+	                 KVL_EINVAL);
+	add_buf(l, p, "k", 0, hbuf(arena, 64, 64, 4));
+	finalize(l);
+	ASSERT_FAILS(l, kvl_layout_pool_format(l, p, "bf16", NULL), KVL_ESTATE,
+	             "finalized");
+	kvl_layout_free(l);
+}
+
 static void test_fingerprint_ranks_and_pools(void **state)
 {
 	(void)state;
@@ -1712,6 +1789,7 @@ int main(void)
 		cmocka_unit_test(test_query_messages),
 		cmocka_unit_test(test_fingerprint_stable),
 		cmocka_unit_test(test_fingerprint_covers),
+		cmocka_unit_test(test_fingerprint_format),
 		cmocka_unit_test(test_fingerprint_ranks_and_pools),
 		cmocka_unit_test(test_key_format),
 		cmocka_unit_test(test_header_size),

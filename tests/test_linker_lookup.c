@@ -15,7 +15,7 @@
  * namespace of its own.
  *
  * Covers: lookup prefixes and bad arguments, holes of ALL_PAGES and
- * TRAILING pools, pool_pages subsets, namespace seeds (loads find pages only
+ * TRAILING pools, pool_pages subsets, this rank's set (lookup_set), namespace seeds (loads find pages only
  * under their seed), one store exists call per lookup, ranks as threads
  * sharing a store and a rank group (a rank lacking pages, a replicated pool
  * shared by the ranks, a rank whose store is down, a peer that never comes).
@@ -178,6 +178,86 @@ static void test_lookup_trailing(void **state)
 	kvl_linker_close(lk);
 	kvl_store_close(s);
 	host_free(&h);
+}
+
+/* kvl_linker_lookup_set: this rank's whole set, with its holes, and no
+ * all-reduce; the empty prefix on a store failure; bad arguments. */
+static void test_lookup_set(void **state)
+{
+	(void)state;
+	/* A group of 2 whose peer never comes: lookup_set must not call it. */
+	kvl_rank_group *g = NULL;
+	assert_int_equal(kvl_rank_group_create(2, 100, &g), KVL_OK);
+	kvl_linker_opts o = {.struct_size = sizeof o};
+	o.allreduce = kvl_rank_group_allreduce;
+	o.allreduce_user = g;
+	hcfg cfg = {.swa = 1, .swa_window = 2};
+	host h;
+	host_init(&h, &cfg);
+	kvl_store *s = open_ok(store_uri(fault_store_ok() ? "fault+" : "", NULL));
+	kvl_linker *lk = open_lk(&h, s, &o);
+	kvl_hash pg[70];
+	make_pages(pg, 6, 31);
+	for (size_t i = 6; i < 70; i++) /* never stored */
+		memset(pg[i].bytes, (int)i, sizeof pg[i].bytes);
+	/* kv on pages 0..5, swa on 1, 2, 4, 5 → {0, 3, 6}. */
+	store_pattern(lk, &h, pg, 6, (const uint8_t[]){0, 1, 1, 0, 1, 1}, 1);
+	uint64_t bits[3] = {~0ull, ~0ull, ~0ull};
+	ASSERT_RC(lk, kvl_linker_lookup_set(lk, pg, 6, NULL, bits, 1), KVL_OK);
+	assert_int_equal(bits[0], (1u << 0) | (1u << 3) | (1u << 6));
+	assert_int_equal(bits[1], ~0ull); /* beyond the words asked */
+	/* 70 pages need two words; the second is cleared. */
+	ASSERT_RC(lk, kvl_linker_lookup_set(lk, pg, 70, NULL, bits, 3),
+	          KVL_OK);
+	assert_int_equal(bits[0], (1u << 0) | (1u << 3) | (1u << 6));
+	assert_int_equal(bits[1], 0);
+	assert_int_equal(bits[2], ~0ull);
+	/* pool_pages as in kvl_linker_lookup. */
+	const uint8_t head[6] = {1, 1, 1, 1, 0, 0};
+	const uint8_t *pp[2];
+	pp[h.kv] = NULL;
+	pp[h.swa] = head;
+	ASSERT_RC(lk, kvl_linker_lookup_set(lk, pg, 6, pp, bits, 1), KVL_OK);
+	assert_int_equal(bits[0], (1u << 0) | (1u << 3));
+	/* n_pages 0: the empty prefix (pages may be NULL). */
+	bits[0] = ~0ull;
+	ASSERT_RC(lk, kvl_linker_lookup_set(lk, NULL, 0, NULL, bits, 1),
+	          KVL_OK);
+	assert_int_equal(bits[0], 1);
+
+	/* Bad arguments. */
+	bits[0] = 42;
+	ASSERT_FAILS(lk, kvl_linker_lookup_set(lk, pg, 70, NULL, bits, 1),
+	             KVL_ERANGE, "bitmap words");
+	assert_int_equal(bits[0], 42); /* nothing written */
+	ASSERT_FAILS(lk, kvl_linker_lookup_set(lk, pg, 6, NULL, NULL, 1),
+	             KVL_EINVAL, "bits is NULL");
+	ASSERT_FAILS(lk, kvl_linker_lookup_set(lk, NULL, 6, NULL, bits, 1),
+	             KVL_EINVAL, "pages is NULL");
+	assert_int_equal(bits[0], 1);
+	const uint8_t none[6] = {0};
+	const uint8_t *pn[2] = {none, none};
+	ASSERT_FAILS(lk, kvl_linker_lookup_set(lk, pg, 6, pn, bits, 1),
+	             KVL_EINVAL, "asks for no page");
+	assert_int_equal(kvl_linker_lookup_set(NULL, pg, 6, NULL, bits, 1),
+	                 KVL_EINVAL);
+
+	/* A store that cannot answer: KVL_EIO and only the empty prefix. */
+	if (fault_store_ok()) {
+		fault_down(s, 1);
+		bits[0] = ~0ull;
+		ASSERT_RC(lk, kvl_linker_lookup_set(lk, pg, 6, NULL, bits, 1),
+		          KVL_EIO);
+		assert_int_equal(bits[0], 1);
+		fault_down(s, 0);
+		ASSERT_RC(lk, kvl_linker_lookup_set(lk, pg, 6, NULL, bits, 1),
+		          KVL_OK);
+		assert_int_equal(bits[0], (1u << 0) | (1u << 3) | (1u << 6));
+	}
+	kvl_linker_close(lk);
+	kvl_store_close(s);
+	host_free(&h);
+	kvl_rank_group_free(g);
 }
 
 static void test_lookup_namespace(void **state)
@@ -410,6 +490,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_lookup_basic, next_test),
 		cmocka_unit_test_setup(test_lookup_trailing, next_test),
+		cmocka_unit_test_setup(test_lookup_set, next_test),
 		cmocka_unit_test_setup(test_lookup_namespace, next_test),
 		cmocka_unit_test_setup(test_lookup_ranks, next_test),
 		cmocka_unit_test_setup(test_lookup_rank_down, next_test),

@@ -38,6 +38,24 @@ def _bad(msg: str) -> InvalidArgument:
     return InvalidArgument(_lib.KVL_EINVAL, msg)
 
 
+def dtype_name(dtype: Any) -> str:
+    """A dtype's name for kvl_layout_pool_format: a str as given; a torch
+    dtype without its "torch." (``torch.bfloat16`` → "bfloat16"); a numpy
+    dtype (or anything ``numpy.dtype`` takes) by its name."""
+    if isinstance(dtype, str):
+        return dtype
+    text = str(dtype)
+    if text.startswith("torch."):
+        return text[len("torch."):]
+    name = getattr(dtype, "name", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(dtype, type) and hasattr(dtype, "__name__"):
+        return dtype.__name__  # numpy scalar types: numpy.float16
+    raise TypeError(f"dtype: expected a str, numpy or torch dtype, got "
+                    f"{type(dtype).__name__} {dtype!r}")
+
+
 def is_torch_tensor(obj: Any) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.Tensor)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, \
     Union
 
 from . import _lib
 from ._args import c_int, c_text, guarded
-from ._buffers import ArrayInfo, array_info
+from ._buffers import ArrayInfo, array_info, dtype_name
 from ._lib import kvl_buffer, kvl_hash, kvl_shard, lib
 from ._shared import SharedHandle
 from .errors import InvalidArgument, StateError, check
@@ -77,6 +78,9 @@ class PoolInfo(NamedTuple):
 
 PoolRef = Union[int, str]
 """A pool: its id (0, 1, … in order of addition) or its name."""
+
+
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def _bad(msg: str) -> InvalidArgument:
@@ -172,7 +176,9 @@ class Layout(SharedHandle):
     @guarded
     def add_pool(self, name: str,
                  policy: Union[HitPolicy, str] = HitPolicy.ALL_PAGES,
-                 window: int = 0, *, replicated_tp: bool = False) -> int:
+                 window: int = 0, *, replicated_tp: bool = False,
+                 dtype: Any = None,
+                 memory_layout: Optional[str] = "") -> int:
         """Adds a pool and returns its id.
 
         Args:
@@ -184,6 +190,12 @@ class Layout(SharedHandle):
             replicated_tp: the pages are identical on every tensor-parallel
                 rank (MLA latent): keys leave out the tp rank and only tp
                 rank 0 writes them.
+            dtype: the element type (e.g. ``"bfloat16"``; a numpy or torch
+                dtype is named for you), and memory_layout the order of a
+                page's bytes (e.g. ``"NHD"``): both join the pool's
+                fingerprint and keys, so layouts that differ in them never
+                share objects whatever their model tags say. None: not
+                declared (the fingerprint of earlier versions).
         """
         if isinstance(policy, str):
             try:
@@ -191,6 +203,16 @@ class Layout(SharedHandle):
             except KeyError:
                 raise _bad(f"add_pool {name!r}: unknown hit policy "
                            f"{policy!r} (all, trailing)") from None
+        dtype_text = None if dtype is None else dtype_name(dtype)
+        if dtype_text is None and memory_layout:
+            raise _bad(f"add_pool {name!r}: memory_layout "
+                       f"{memory_layout!r} needs a dtype")
+        # Checked before the pool is added, which cannot be undone.
+        for what, text in (("dtype", dtype_text),
+                           ("memory_layout", memory_layout or None)):
+            if text is not None and not _NAME_RE.fullmatch(text):
+                raise _bad(f"add_pool {name!r}: {what} must be 1..64 "
+                           f"characters from [A-Za-z0-9._-], got {text!r}")
         out = ctypes.c_int(-1)
         flags = _lib.KVL_POOL_REPLICATED_TP if replicated_tp else 0
         self._check(lib.kvl_layout_add_pool(
@@ -198,6 +220,10 @@ class Layout(SharedHandle):
             c_int(policy, "int", "add_pool: policy"),
             c_int(window, "uint32_t", "add_pool: window"), flags,
             ctypes.byref(out)))
+        if dtype_text is not None:
+            self._check(lib.kvl_layout_pool_format(
+                self._handle, out.value, c_text(dtype_text, "add_pool: dtype"),
+                c_text(memory_layout or "", "add_pool: memory_layout")))
         self._pool_ids[name] = out.value
         self._pool_names.append(name)
         return out.value

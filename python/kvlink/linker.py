@@ -34,8 +34,8 @@ import enum
 import json
 import math
 import threading
-from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional,
-                    Sequence, Union)
+from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple,
+                    Optional, Sequence, Union)
 
 from . import _lib
 from ._args import CallGuard, c_int, guarded
@@ -363,33 +363,7 @@ class Linker(Closable):
             StoreIOError: the store is down. OutOfRange: too many pages.
         """
         arr, n = self._pages(pages)
-        pp = None
-        keep = []
-        if pool_pages is not None:
-            rows: List[Any] = [None] * self._n_pools
-            if isinstance(pool_pages, Mapping):
-                for k, v in pool_pages.items():
-                    rows[self._layout.pool_ref(k)] = v
-            else:
-                rows = list(pool_pages)
-                if len(rows) != self._n_pools:
-                    raise InvalidArgument(
-                        _lib.KVL_EINVAL,
-                        f"pool_pages: {len(rows)} entries for "
-                        f"{self._n_pools} pools")
-            pp = (ctypes.POINTER(ctypes.c_uint8) * self._n_pools)()
-            for i, r in enumerate(rows):
-                if r is None:
-                    continue
-                flags = [1 if f else 0 for f in r]
-                if len(flags) != n:
-                    raise InvalidArgument(
-                        _lib.KVL_EINVAL,
-                        f"pool_pages of pool {i}: {len(flags)} flags for "
-                        f"{n} pages")
-                a = (ctypes.c_uint8 * max(n, 1))(*flags)
-                keep.append(a)
-                pp[i] = ctypes.cast(a, ctypes.POINTER(ctypes.c_uint8))
+        pp, keep = self._pool_pages(pool_pages, n)
         out = ctypes.c_size_t(0)
         self._cb_local.error = None
         rc = lib.kvl_linker_lookup(self._handle, arr, n, pp,
@@ -403,7 +377,60 @@ class Linker(Closable):
             if rc < 0:
                 raise e
         self._check(rc, "lookup")
+        del keep
         return out.value
+
+    @guarded
+    def lookup_set(self, pages: HashesLike, *,
+                   pool_pages: Optional[Any] = None) -> FrozenSet[int]:
+        """This rank's restorable set: every prefix length p (in pages, 0
+        included) at which each pool of this rank can be restored. The
+        ``allreduce`` callback is not called: engines that intersect the
+        sets of their ranks themselves use this instead of :meth:`lookup`.
+
+        Arguments and errors are :meth:`lookup`'s; a store that fails
+        raises (StoreIOError), it never reads as a miss.
+        """
+        arr, n = self._pages(pages)
+        pp, keep = self._pool_pages(pool_pages, n)
+        words = n // 64 + 1
+        bits = (ctypes.c_uint64 * words)()
+        self._check(lib.kvl_linker_lookup_set(self._handle, arr, n, pp, bits,
+                                              words), "lookup_set")
+        del keep
+        return frozenset(w * 64 + b for w in range(words)
+                         for b in range(64) if bits[w] >> b & 1)
+
+    def _pool_pages(self, pool_pages: Optional[Any], n: int):
+        """(C array of per-pool flag rows or None, what keeps them alive)."""
+        if pool_pages is None:
+            return None, []
+        rows: List[Any] = [None] * self._n_pools
+        if isinstance(pool_pages, Mapping):
+            for k, v in pool_pages.items():
+                rows[self._layout.pool_ref(k)] = v
+        else:
+            rows = list(pool_pages)
+            if len(rows) != self._n_pools:
+                raise InvalidArgument(
+                    _lib.KVL_EINVAL,
+                    f"pool_pages: {len(rows)} entries for "
+                    f"{self._n_pools} pools")
+        pp = (ctypes.POINTER(ctypes.c_uint8) * self._n_pools)()
+        keep = []
+        for i, r in enumerate(rows):
+            if r is None:
+                continue
+            flags = [1 if f else 0 for f in r]
+            if len(flags) != n:
+                raise InvalidArgument(
+                    _lib.KVL_EINVAL,
+                    f"pool_pages of pool {i}: {len(flags)} flags for "
+                    f"{n} pages")
+            a = (ctypes.c_uint8 * max(n, 1))(*flags)
+            keep.append(a)
+            pp[i] = ctypes.cast(a, ctypes.POINTER(ctypes.c_uint8))
+        return pp, keep
 
     # ------------------------------------------------------------- loads
 

@@ -109,6 +109,34 @@ def test_keys_and_fingerprints():
     assert a.key("kv", seeded) != key
 
 
+def test_declared_format_joins_the_fingerprint():
+    """add_pool(dtype=, memory_layout=): a different dtype or memory layout
+    never shares keys; torch/numpy dtypes are named; bad names are refused
+    before the pool is added."""
+    def fp(**fmt):
+        lay = kvl.Layout("pytest/fmt", PAGE_SIZE)
+        p = lay.add_pool("kv", **fmt)
+        lay.add_array(p, "k", 0, np.zeros((PAGES, 64), np.uint8))
+        return lay.finalize().fingerprint("kv")
+
+    plain = fp()
+    assert fp(dtype="bfloat16") not in (plain, fp(dtype="float16"))
+    assert fp(dtype="bfloat16", memory_layout="NHD") != \
+        fp(dtype="bfloat16", memory_layout="HND")
+    assert fp(dtype=np.float16) == fp(dtype="float16")
+    assert fp(dtype=np.dtype("float16")) == fp(dtype="float16")
+    lay = kvl.Layout("pytest/fmt", PAGE_SIZE)
+    with pytest.raises(kvl.InvalidArgument, match="dtype must be"):
+        lay.add_pool("kv", dtype="bf 16")
+    with pytest.raises(kvl.InvalidArgument, match="memory_layout must be"):
+        lay.add_pool("kv", dtype="bf16", memory_layout="N/HD")
+    with pytest.raises(kvl.InvalidArgument, match="needs a dtype"):
+        lay.add_pool("kv", memory_layout="NHD")
+    with pytest.raises(TypeError, match="dtype"):
+        lay.add_pool("kv", dtype=3.5)
+    assert lay.add_pool("kv", dtype="bf16") == 0  # nothing was added
+
+
 def test_raw_buffers():
     mem = np.zeros(PAGES * 128, np.uint8)
     base = addr(mem)

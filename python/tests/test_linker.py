@@ -289,6 +289,13 @@ def test_several_pools(store):
     assert dst.lookup(pages) == 5  # p = 6 needs swa pages 4 and 5
     store.remove(src.layout.key("swa", pages[3]))
     assert dst.lookup(pages) == 3  # p = 5, 4 need page 3; p = 3 needs 1, 2
+    # This rank's whole set, with its holes: swa lacks pages 0, 3 and 5.
+    store.remove(src.layout.key("swa", pages[0]))
+    assert dst.lookup_set(pages) == {0, 3}
+    assert dst.lookup_set(pages, pool_pages={"swa": [0, 1, 1, 0, 1, 0]}) \
+        == {0, 3}
+    assert dst.lookup_set(pages[:2]) == {0}
+    assert dst.lookup_set([]) == {0}
     # Load 3 pages: kv for all, swa for the last two only.
     c, _ = load_sync(dst, 2, pages[:3],
                      [list(range(10, 13)), [None, 21, 22]])
@@ -300,6 +307,30 @@ def test_several_pools(store):
         dst.load(3, pages, list(range(6)))
     src.close()
     dst.close()
+
+
+def test_lookup_set_never_calls_the_allreduce(store):
+    """lookup_set is this rank's set: the all-reduce callback is not
+    called; a failing store raises instead of reading as a miss."""
+    calls = []
+
+    def allreduce(bits):
+        calls.append(1)
+
+    lay = kv_layout(kv_pool(seed=3))
+    fault = kvl.Store("fault+mem:")
+    lk = kvl.Linker(lay, fault, allreduce=allreduce)
+    pages = kvl.hash_pages(tokens(4, seed=5), PAGE_SIZE)
+    assert offload_sync(lk, 1, pages[:3], range(3)).ok
+    assert lk.lookup_set(pages) == {0, 1, 2, 3}
+    assert calls == []
+    assert lk.lookup(pages) == 3 and calls == [1]
+    with pytest.raises(kvl.InvalidArgument, match="flags for 4 pages"):
+        lk.lookup_set(pages, pool_pages=[[1, 0]])
+    lk.close()
+    with kvl.Linker(lay, kvl.Store("fault+mem:?fault.down=1")) as down:
+        with pytest.raises(kvl.StoreIOError, match="lookup_set"):
+            down.lookup_set(pages)
 
 
 def test_allreduce_callback_and_rank_group(store):

@@ -155,6 +155,34 @@ static int comp_index(kvl__pool *p, const char *name, uint32_t *out)
 	return 0;
 }
 
+int kvl_layout_pool_format(kvl_layout *l, int pool, const char *dtype,
+                           const char *memory_layout)
+{
+	if (!l)
+		return KVL_EINVAL;
+	if (l->finalized)
+		return kvl__fail(&l->err, KVL_ESTATE,
+		                 "pool_format: layout is finalized");
+	if (pool < 0 || (size_t)pool >= l->n_pools)
+		return kvl__fail(&l->err, KVL_ENOTFOUND,
+		                 "pool_format: unknown pool id %d", pool);
+	kvl__pool *p = &l->pools[pool];
+	if (!kvl__name_ok(dtype, NAME_CHARS))
+		return kvl__fail(&l->err, KVL_EINVAL,
+		                 "pool_format '%s': dtype must be 1..%d "
+		                 "characters from [A-Za-z0-9._-]",
+		                 p->name, KVL_NAME_MAX);
+	if (memory_layout && *memory_layout &&
+	    !kvl__name_ok(memory_layout, NAME_CHARS))
+		return kvl__fail(&l->err, KVL_EINVAL,
+		                 "pool_format '%s': memory_layout must be at most "
+		                 "%d characters from [A-Za-z0-9._-]",
+		                 p->name, KVL_NAME_MAX);
+	strcpy(p->dtype, dtype);
+	strcpy(p->mem_layout, memory_layout ? memory_layout : "");
+	return 0;
+}
+
 int kvl_layout_add_buffer(kvl_layout *l, int pool, const char *component,
                           uint32_t layer, const kvl_buffer *buf)
 {
@@ -326,6 +354,13 @@ static int pool_fingerprint(const kvl_layout *l, kvl__pool *p)
 	sha_update_u32(c, p->n_comps);
 	for (uint32_t i = 0; i < p->n_comps; i++)
 		sha_update_str(c, p->comps[i]);
+	/* Only a declared format joins the description, so that the objects
+	 * of layouts that declare none keep their keys. */
+	if (p->dtype[0]) {
+		sha_update_str(c, "format");
+		sha_update_str(c, p->dtype);
+		sha_update_str(c, p->mem_layout);
+	}
 	sha_update_u32(c, p->n_layers);
 	for (uint32_t i = 0; i < p->n_layers; i++) {
 		const kvl__layer *ly = &p->layers[i];

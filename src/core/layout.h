@@ -31,6 +31,8 @@ typedef struct kvl__pool {
 	kvl_hit_policy policy;
 	uint32_t window;
 	uint32_t flags;
+	char dtype[KVL_NAME_MAX + 1];  /* kvl_layout_pool_format; "" unset */
+	char mem_layout[KVL_NAME_MAX + 1];
 	char (*comps)[KVL_NAME_MAX + 1]; /* component names, first-added order */
 	uint32_t n_comps;
 	kvl__buf *bufs; /* as added */

@@ -1,7 +1,9 @@
 /*
  * lookup.c — kvl_linker_lookup: the longest prefix restorable on every
  * rank, from one batched existence query for every (page, pool) asked, the
- * pools' hit policies (kvl_restorable_set) and the engine's all-reduce.
+ * pools' hit policies (kvl_restorable_set) and the engine's all-reduce;
+ * kvl_linker_lookup_set: this rank's restorable set, for engines that
+ * intersect the sets of their ranks themselves.
  *
  * Lookups on one linker run one at a time under lookup.mu, which also
  * guards their scratch: grown to the largest lookup seen, reused after, so
@@ -41,15 +43,15 @@ static int lookup_reserve(kvl_linker *lk, size_t items)
 
 /* The restorable set of this rank, into lk->lookup.bits. Caller holds
  * lookup_mu. */
-static int lookup_local(kvl_linker *lk, const kvl_hash *pages, size_t n_pages,
-                        const uint8_t *const *pool_pages)
+static int lookup_local(kvl_linker *lk, const char *op, const kvl_hash *pages,
+                        size_t n_pages, const uint8_t *const *pool_pages)
 {
 	lk_lookup *s = &lk->lookup;
 	size_t np = lk->layout->n_pools;
 	if (n_pages == 0) /* only the empty prefix; the scratch may not exist */
 		return kvl_restorable_set(NULL, NULL, 0, 0, s->bits, 1);
 	if (lookup_reserve(lk, n_pages * np))
-		return kvl__fail(&lk->err, KVL_ENOMEM, "lookup: out of memory");
+		return kvl__fail(&lk->err, KVL_ENOMEM, "%s: out of memory", op);
 	size_t m = 0;
 	for (size_t pi = 0; pi < np; pi++) {
 		const kvl__pool *p = kvl__lk_pool(lk, (uint32_t)pi);
@@ -64,11 +66,11 @@ static int lookup_local(kvl_linker *lk, const kvl_hash *pages, size_t n_pages,
 	}
 	if (m == 0 && n_pages)
 		return kvl__fail(&lk->err, KVL_EINVAL,
-		                 "lookup: pool_pages asks for no page");
+		                 "%s: pool_pages asks for no page", op);
 	/* One batched existence query for every (page, pool) asked. */
 	int rc = m ? kvl_store_exists(lk->store, s->keyp, m, s->res) : 0;
 	if (rc)
-		return kvl__fail(&lk->err, rc, "lookup: store: %s",
+		return kvl__fail(&lk->err, rc, "%s: store: %s", op,
 		                 kvl_store_errmsg(lk->store));
 	const uint8_t *present[np ? np : 1];
 	memset(s->flags, 0, n_pages * np);
@@ -83,9 +85,9 @@ static int lookup_local(kvl_linker *lk, const kvl_hash *pages, size_t n_pages,
 			int res = s->res[m++];
 			if (res < 0) /* a store that cannot tell is not a miss */
 				return kvl__fail(&lk->err, res,
-				                 "lookup: store: page %zu of pool "
+				                 "%s: store: page %zu of pool "
 				                 "'%s': %s",
-				                 j, kvl__lk_pool(lk, (uint32_t)pi)->name,
+				                 op, j, kvl__lk_pool(lk, (uint32_t)pi)->name,
 				                 kvl_store_errmsg(lk->store));
 			flags[j] = res == 1;
 			asked++;
@@ -94,6 +96,45 @@ static int lookup_local(kvl_linker *lk, const kvl_hash *pages, size_t n_pages,
 	}
 	return kvl_restorable_set(lk->policies, present, np, n_pages, s->bits,
 	                          kvl_bitmap_words(n_pages));
+}
+
+/* Checks a lookup's arguments and runs this rank's part under lookup.mu,
+ * which the caller releases: 0 with lk->lookup.bits holding the set; an
+ * argument error (lookup.mu not taken: *locked stays 0); or the store's
+ * error with bits holding the empty prefix only. */
+static int lookup_begin(kvl_linker *lk, const char *op, const kvl_hash *pages,
+                        size_t n_pages, const uint8_t *const *pool_pages,
+                        int *locked)
+{
+	*locked = 0;
+	if (n_pages && !pages)
+		return kvl__fail(&lk->err, KVL_EINVAL, "%s: pages is NULL", op);
+	if (n_pages > lk->opts.max_request_pages)
+		return kvl__fail(&lk->err, KVL_ERANGE,
+		                 "%s: %zu pages > max_request_pages %u", op,
+		                 n_pages, lk->opts.max_request_pages);
+	lk_lookup *s = &lk->lookup;
+	pthread_mutex_lock(&s->mu);
+	*locked = 1;
+	int rc = lookup_local(lk, op, pages, n_pages, pool_pages);
+	if (rc) {
+		/* Offer only the empty prefix, so that ranks which all-reduce
+		 * what this call returns never restore through a failure. */
+		memset(s->bits, 0, kvl_bitmap_words(n_pages) * 8);
+		s->bits[0] = 1;
+	}
+	return rc;
+}
+
+/* Counts a finished lookup of n_pages pages that found `prefix`. */
+static void lookup_count(kvl_linker *lk, size_t n_pages, size_t prefix,
+                         uint64_t t0)
+{
+	kvl__linker_stats *st = &lk->stats;
+	KVL__COUNT(st, lookups, 1);
+	KVL__COUNT(st, lookup_pages, n_pages);
+	KVL__COUNT(st, hit_pages, prefix);
+	kvl__hist_add(&st->lookup_ns, kvl__now_ns() - t0);
 }
 
 int kvl_linker_lookup(kvl_linker *lk, const kvl_hash *pages, size_t n_pages,
@@ -105,23 +146,16 @@ int kvl_linker_lookup(kvl_linker *lk, const kvl_hash *pages, size_t n_pages,
 		return kvl__fail(&lk->err, KVL_EINVAL,
 		                 "lookup: prefix_out is NULL");
 	*prefix_out = 0; /* whatever fails below */
-	if (n_pages && !pages)
-		return kvl__fail(&lk->err, KVL_EINVAL, "lookup: pages is NULL");
-	if (n_pages > lk->opts.max_request_pages)
-		return kvl__fail(&lk->err, KVL_ERANGE,
-		                 "lookup: %zu pages > max_request_pages %u",
-		                 n_pages, lk->opts.max_request_pages);
 	uint64_t t0 = kvl__now_ns();
+	int locked;
+	int rc = lookup_begin(lk, "lookup", pages, n_pages, pool_pages,
+	                      &locked);
+	if (!locked)
+		return rc;
+	/* A failed store query still takes part in the all-reduce (with the
+	 * empty prefix), so other ranks never wait for this one. */
 	lk_lookup *s = &lk->lookup;
 	size_t words = kvl_bitmap_words(n_pages);
-	pthread_mutex_lock(&s->mu);
-	int rc = lookup_local(lk, pages, n_pages, pool_pages);
-	if (rc) {
-		/* Still take part in the all-reduce, so other ranks never
-		 * wait for this one: with nothing restorable. */
-		memset(s->bits, 0, words * 8);
-		s->bits[0] = 1;
-	}
 	if (lk->opts.allreduce) {
 		int arc = lk->opts.allreduce(s->bits, words,
 		                             lk->opts.allreduce_user);
@@ -132,11 +166,38 @@ int kvl_linker_lookup(kvl_linker *lk, const kvl_hash *pages, size_t n_pages,
 	}
 	size_t prefix = rc ? 0 : kvl_bitmap_max(s->bits, words);
 	pthread_mutex_unlock(&s->mu);
-	kvl__linker_stats *st = &lk->stats;
-	KVL__COUNT(st, lookups, 1);
-	KVL__COUNT(st, lookup_pages, n_pages);
-	KVL__COUNT(st, hit_pages, prefix);
-	kvl__hist_add(&st->lookup_ns, kvl__now_ns() - t0);
+	lookup_count(lk, n_pages, prefix, t0);
 	*prefix_out = prefix;
+	return rc;
+}
+
+int kvl_linker_lookup_set(kvl_linker *lk, const kvl_hash *pages,
+                          size_t n_pages, const uint8_t *const *pool_pages,
+                          uint64_t *bits, size_t n_words)
+{
+	if (!lk)
+		return KVL_EINVAL;
+	if (!bits)
+		return kvl__fail(&lk->err, KVL_EINVAL,
+		                 "lookup_set: bits is NULL");
+	size_t words = kvl_bitmap_words(n_pages);
+	if (n_words < words)
+		return kvl__fail(&lk->err, KVL_ERANGE,
+		                 "lookup_set: %zu pages need %zu bitmap words, "
+		                 "n_words is %zu",
+		                 n_pages, words, n_words);
+	/* Whatever fails below leaves the empty prefix. */
+	memset(bits, 0, words * 8);
+	bits[0] = 1;
+	uint64_t t0 = kvl__now_ns();
+	int locked;
+	int rc = lookup_begin(lk, "lookup_set", pages, n_pages, pool_pages,
+	                      &locked);
+	if (!locked)
+		return rc;
+	memcpy(bits, lk->lookup.bits, words * 8);
+	size_t prefix = kvl_bitmap_max(bits, words);
+	pthread_mutex_unlock(&lk->lookup.mu);
+	lookup_count(lk, n_pages, prefix, t0);
 	return rc;
 }

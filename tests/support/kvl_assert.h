@@ -125,6 +125,12 @@ const char *kvl__test_str(const char *s);
 	         expected, "%s", KVL_TEST_ERRMSG(h))
 #define ASSERT_CONTAINS(hay, needle)                                       \
 	KVL__CONTAINS(1, hay, needle)
+/* ASSERT_RC, and h's message names `needle`. */
+#define ASSERT_FAILS(h, actual, expected, needle)                          \
+	do {                                                               \
+		ASSERT_RC(h, actual, expected);                            \
+		ASSERT_CONTAINS(KVL_TEST_ERRMSG(h), needle);               \
+	} while (0)
 #define ASSERT_TRUE(cond)                                                  \
 	KVL__TRUE(1, cond, "%s is false", #cond)
 #define ASSERT_TRUE_MSG(cond, ...) KVL__TRUE(1, cond, __VA_ARGS__)
