@@ -422,6 +422,37 @@ KVL_API int kvl_hash_pages(const uint64_t *tokens, size_t n_tokens,
 KVL_API int kvl_namespace_seed(const char *const *salts, size_t n_salts,
                                kvl_hash *out);
 
+/* kvl_hash_pages for SGLang's EAGLE bigram keys: the pages of the n_tokens
+ * - 1 overlapping pairs (t_j, t_j+1), page_size pairs to a page, each pair
+ * hashed as two u32 LE words (t_j, then t_j+1), so the token at a page
+ * boundary ends one page and starts the next:
+ *   h_i = SHA-256(h_{i-1} ‖ t_s, t_s+1, t_s+1, t_s+2, … t_s+P-1, t_s+P)
+ * with s = i * page_size. Hashing the tail from token d * page_size on
+ * with page d - 1's hash as the prior continues the chain. A page with a
+ * token id above 2^32-1 takes kvl_hash_pages' u64 form (SGLang refuses
+ * such ids).
+ * n_out [out] whole pages: (n_tokens - 1) / page_size, 0 for n_tokens < 2.
+ * Errors and thread-safety: kvl_hash_pages'. */
+KVL_API int kvl_hash_bigram_pages(const uint64_t *tokens, size_t n_tokens,
+                                  size_t page_size, const kvl_hash *prior,
+                                  kvl_hash *out, size_t out_cap,
+                                  size_t *n_out);
+
+/* SGLang's storage namespace seed (its HiCache and unified-cache page keys
+ * since SGLang PR #38577), for use as page 0's prior so that kvlink names a
+ * request's pages exactly as SGLang does:
+ *   SHA-256("sglang-cache-namespace-v1" ‖ part(extra_key) ‖ part(cache_salt))
+ * where part(NULL) is the byte 0x00 and part(s) is 0x01 ‖ strlen(s) as u64
+ * LE ‖ the bytes of s (UTF-8), so an absent part differs from an empty one.
+ * extra_key is SGLang's request extra key (a LoRA adapter's id appended);
+ * cache_salt its cache salt. Both NULL: no namespace; [out] seeded_out is
+ * then 0 and `out` is not written (hash the bare chain, prior NULL). Else
+ * seeded_out is 1 and `out` holds the seed.
+ * Errors: KVL_EINVAL (NULL out or seeded_out), KVL_ENOMEM. Thread-safe. */
+KVL_API int kvl_sglang_namespace_seed(const char *extra_key,
+                                      const char *cache_salt, kvl_hash *out,
+                                      int *seeded_out);
+
 /* Writes the 64 lowercase hex characters of `h` and a NUL into [out] `hex`
  * (len bytes: at least KVL_HASH_HEX_LEN + 1). Errors: KVL_EINVAL (NULL),
  * KVL_ERANGE (len too small; nothing written). Thread-safe. */

@@ -203,6 +203,28 @@ static int r_hash_out_small(void)
 	return kvl_hash_pages(t, 4, 2, NULL, out, 1, &n);
 }
 
+static int r_bigram_page_size_zero(void)
+{
+	uint64_t t[4] = {1, 2, 3, 4};
+	kvl_hash out[4];
+	size_t n;
+	return kvl_hash_bigram_pages(t, 4, 0, NULL, out, 4, &n);
+}
+
+static int r_bigram_out_small(void)
+{
+	uint64_t t[5] = {1, 2, 3, 4, 5}; /* 4 pairs: 2 pages of 2 */
+	kvl_hash out[1];
+	size_t n;
+	return kvl_hash_bigram_pages(t, 5, 2, NULL, out, 1, &n);
+}
+
+static int r_sgseed_out_null(void)
+{
+	int seeded;
+	return kvl_sglang_namespace_seed("lora", NULL, NULL, &seeded);
+}
+
 static int r_seed_no_salts(void)
 {
 	const char *s[1] = {"a"};
@@ -2163,6 +2185,9 @@ static const row rows[] = {
 	R("hash.page-size-zero", r_hash_page_size_zero),
 	R("hash.tokens-null", r_hash_tokens_null),
 	R("hash.out-small", r_hash_out_small),
+	R("bigram.page-size-zero", r_bigram_page_size_zero),
+	R("bigram.out-small", r_bigram_out_small),
+	R("sglang-seed.out-null", r_sgseed_out_null),
 	R("seed.no-salts", r_seed_no_salts),
 	R("seed.null-salt", r_seed_null_salt),
 	R("hex.short", r_hex_short),

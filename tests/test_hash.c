@@ -1,6 +1,7 @@
 /*
  * test_hash.c — page hashes, namespace seeds and hex conversion
- * (kvl_hash_pages, kvl_namespace_seed, kvl_hash_to_hex, kvl_hash_from_hex).
+ * (kvl_hash_pages, kvl_namespace_seed, kvl_hash_to_hex, kvl_hash_from_hex),
+ * and SGLang's variants (kvl_hash_bigram_pages, kvl_sglang_namespace_seed).
  *
  * Every expected hash was computed by an independent implementation, Python's
  * hashlib (python3), with the expression in the comment above it. Those
@@ -24,6 +25,21 @@
  *       for s in salts:
  *           e = s.encode(); b += struct.pack('<Q', len(e)) + e
  *       return H(b).hex()
+ *   def bichain(toks, ps, prior=b''): # EAGLE bigram pages
+ *       out, prev = [], prior
+ *       for i in range((len(toks) - 1) // ps if len(toks) > 1 else 0):
+ *           w = [t for j in range(i*ps, (i+1)*ps) for t in toks[j:j+2]]
+ *           prev = page(prev, w); out.append(prev.hex())
+ *       return out
+ *   def sgseed(extra_key, cache_salt): # SGLang's storage namespace
+ *       b = b'sglang-cache-namespace-v1'
+ *       for p in (extra_key, cache_salt):
+ *           if p is None: b += b'\x00'
+ *           else: e = p.encode(); b += b'\x01' + struct.pack('<Q', len(e)) + e
+ *       return H(b).hex()
+ *
+ * The SGLang vectors (bigrams, seeds) were also checked against SGLang's
+ * own native hash module and the 64-bit prefixes its router tests publish.
  *
  * The ENOMEM tests make libcrypto's allocator fail through
  * CRYPTO_set_mem_functions; they are skipped (with a message) if libcrypto
@@ -334,6 +350,157 @@ static void test_namespace_seed_errors(void **state)
 
 /* --------------------------------------------------------------------- hex */
 
+
+/* ----------------------------------------------------- SGLang's variants */
+
+static void check_bigram(const uint64_t *tok, size_t n_tok, size_t ps,
+                         const kvl_hash *prior, const char *const *want,
+                         size_t n_want)
+{
+	kvl_hash out[4] = {filled(0xAB), filled(0xAB), filled(0xAB),
+	                   filled(0xAB)};
+	size_t n = 99;
+	assert_int_equal(kvl_hash_bigram_pages(tok, n_tok, ps, prior, out, 4,
+	                                       &n),
+	                 KVL_OK);
+	assert_int_equal(n, n_want);
+	for (size_t i = 0; i < n_want; i++)
+		check_hex(&out[i], want[i]);
+	check_filled(&out[n_want], 4 - n_want, 0xAB);
+}
+
+static void test_bigram_pages(void **state)
+{
+	(void)state;
+	/* bichain([10, 20, 30, 40, 50], 2) */
+	const uint64_t t5[] = {10, 20, 30, 40, 50};
+	const char *w5[] = {
+		"853648b30722d555352864b57f1953aa2508b1f3d25013f4221eb394fdfd0e13",
+		"453f4cce8becb03a18ae6afca746893db8ebe101f05db3e015ce4780acef5111"};
+	check_bigram(t5, 5, 2, NULL, w5, 2);
+	/* bichain(list(range(1, 14)), 4): 12 pairs, 3 pages */
+	uint64_t t13[13];
+	for (size_t i = 0; i < 13; i++)
+		t13[i] = i + 1;
+	const char *w13[] = {
+		"f721fe42aac11dcbfd1a17f24cc5765a0d5b6bc264d1c0b6581d775a7344c11f",
+		"c35ad698917936a474f7e55f3a4855eaee20585cd0bf156b1ae3a62666ba7220",
+		"ea6d4c7ad93c2c1038a99235516af7acd54fe4751cad0916b7d27abf64d6fc4e"};
+	check_bigram(t13, 13, 4, NULL, w13, 3);
+	/* The tail from token 4 on, after page 0, continues the chain. */
+	kvl_hash p0;
+	assert_int_equal(kvl_hash_from_hex(w13[0], &p0), KVL_OK);
+	check_bigram(t13 + 4, 9, 4, &p0, w13 + 1, 2);
+	/* 12 tokens are 11 pairs: two whole pages; 1 token, or none: none. */
+	check_bigram(t13, 12, 4, NULL, w13, 2);
+	check_bigram(t13, 1, 4, NULL, NULL, 0);
+	check_bigram(NULL, 0, 4, NULL, NULL, 0);
+	/* One pair per page hashes like the plain page of its two tokens:
+	 * chain([10, 20], 2)[0] */
+	check_bigram(t5, 2, 1, NULL,
+	             (const char *[]){"0d9330506fd1d6da3fbc3a5b83eb6dd05f86bdad7ce710c0fae1d68955f03fb4"},
+	             1);
+}
+
+static void test_bigram_long_and_wide(void **state)
+{
+	(void)state;
+	uint64_t *tok = malloc(3100 * sizeof *tok);
+	assert_non_null(tok);
+	golden_tokens(tok, 3100);
+	/* bichain(toks, 1500): pages far larger than the stage */
+	check_bigram(tok, 3100, 1500, NULL,
+	             (const char *[]){"3fb67421565eca4a4f5b7d6269dd455ae3fb1f4fc29606cc451312a51f49741f",
+	                              "ccb3cff455da728395dc071e6bb8a770648c2d6444ea31dd3ebe111a70c84660"},
+	             2);
+	/* toks[1500] = 2**40 + 1500: the boundary token is in both pages,
+	 * so both take the u64 form */
+	tok[1500] = ((uint64_t)1 << 40) + 1500;
+	check_bigram(tok, 3100, 1500, NULL,
+	             (const char *[]){"3870433fe2f1925c64214cd856d634da411f71f35d13badcd78e270bd5cd2823",
+	                              "8408afe71105d15b815faa6a58bc47a241acabf5ce08d0332ab2c22c33a4923b"},
+	             2);
+	free(tok);
+
+	/* Errors: kvl_hash_pages'. */
+	const uint64_t t[] = {1, 2, 3};
+	kvl_hash out[2] = {filled(0xCD), filled(0xCD)};
+	size_t n = 7;
+	assert_int_equal(kvl_hash_bigram_pages(t, 3, 0, NULL, out, 2, &n),
+	                 KVL_EINVAL);
+	assert_int_equal(kvl_hash_bigram_pages(NULL, 3, 1, NULL, out, 2, &n),
+	                 KVL_EINVAL);
+	assert_int_equal(kvl_hash_bigram_pages(t, 3, 1, NULL, NULL, 2, &n),
+	                 KVL_EINVAL);
+	assert_int_equal(kvl_hash_bigram_pages(t, 3, 1, NULL, out, 2, NULL),
+	                 KVL_EINVAL);
+	assert_int_equal(kvl_hash_bigram_pages(t, 3, 1, NULL, out, 1, &n),
+	                 KVL_ERANGE);
+	assert_int_equal(n, 7);
+	check_filled(out, 2, 0xCD);
+}
+
+static void check_sgseed(const char *extra_key, const char *cache_salt,
+                         const char *want)
+{
+	kvl_hash h = filled(0xAB);
+	int seeded = 7;
+	assert_int_equal(kvl_sglang_namespace_seed(extra_key, cache_salt, &h,
+	                                           &seeded),
+	                 KVL_OK);
+	if (!want) {
+		assert_int_equal(seeded, 0);
+		check_filled(&h, 1, 0xAB);
+		return;
+	}
+	assert_int_equal(seeded, 1);
+	check_hex(&h, want);
+}
+
+static void test_sglang_namespace_seed(void **state)
+{
+	(void)state;
+	/* sgseed(extra_key, cache_salt) */
+	check_sgseed(NULL, NULL, NULL);
+	check_sgseed("lora-1", NULL,
+	             "502757a4b3684cc558b10cfebee955436e393e760c90c2adf970429f6f25cd50");
+	check_sgseed(NULL, "tenant-a",
+	             "9d303df3761a7561353e2ae7459eb4ab12a08abb37951b696aa4f0c059c7caaa");
+	check_sgseed("lora-1", "tenant-a",
+	             "f0b3cb914ac096e548f62bd0afddd91b3d0013e436b850b1d1674f0cb60b03eb");
+	/* Absent and empty differ; so do the splits of one string. */
+	check_sgseed("", NULL,
+	             "fd649dd130277fa0773e23e84ddfa4ec779d9df77087968a60d7cefb9050ab1d");
+	check_sgseed(NULL, "",
+	             "906782eeabf820a68eef4455ab98e5e86e311f658f7d7721723a97a90b81427e");
+	check_sgseed("", "",
+	             "bea08aaebe976c9c4f8ebade6674ba3fe15783c47020e10c4721ad211aae36e4");
+	check_sgseed("a", "bc",
+	             "b8080ec8e713ddb4b5469eaf5874a021a72286a24e6c55d2046f0acfb48a938b");
+	check_sgseed("ab", "c",
+	             "3d6b02ff0d7a0ce42a5ac4a58251ee0e63490c7de5eb46aa2eeaa3a0fdff5364");
+	/* UTF-8: the byte length counts. */
+	check_sgseed("\xc3\xa9lan", NULL,
+	             "5d2f3ecd3e56c1b2eda7a8500bd242ba3820eb30db61a7c624e6783621a50e20");
+
+	/* As page 0's prior: chain(u32 1..8, 4, sgseed('lora-1', 'tenant-a')) */
+	kvl_hash seed, out[2];
+	int seeded = 0;
+	size_t n = 0;
+	assert_int_equal(kvl_sglang_namespace_seed("lora-1", "tenant-a", &seed,
+	                                           &seeded),
+	                 KVL_OK);
+	const uint64_t tok[] = {1, 2, 3, 4, 5, 6, 7, 8};
+	assert_int_equal(kvl_hash_pages(tok, 8, 4, &seed, out, 2, &n), KVL_OK);
+	check_hex(&out[0], "2a72504ed2593dd51c93384b5adfbdd9bda13d7170787542f3490277ff49ee69");
+	check_hex(&out[1], "d3427329cb5dc53eb062f68b8e6d21355dca8df91d6b95cda845382fcae3d632");
+
+	assert_int_equal(kvl_sglang_namespace_seed("a", NULL, NULL, &seeded),
+	                 KVL_EINVAL);
+	assert_int_equal(kvl_sglang_namespace_seed("a", NULL, &seed, NULL),
+	                 KVL_EINVAL);
+}
+
 static void test_hex_round_trip(void **state)
 {
 	(void)state;
@@ -501,6 +668,9 @@ int main(void)
 		cmocka_unit_test(test_namespace_seed),
 		cmocka_unit_test(test_namespace_seed_as_prior),
 		cmocka_unit_test(test_namespace_seed_errors),
+		cmocka_unit_test(test_bigram_pages),
+		cmocka_unit_test(test_bigram_long_and_wide),
+		cmocka_unit_test(test_sglang_namespace_seed),
 		cmocka_unit_test(test_hex_round_trip),
 		cmocka_unit_test(test_hex_errors),
 		cmocka_unit_test(test_threads),

@@ -28,7 +28,8 @@ from .errors import (AlreadyExists, ArgumentOutOfRange, Canceled, Closed,
                      OutOfMemory, OutOfRange, ParseError, PermissionDenied,
                      StateError,
                      StoreIOError, Timeout, error_class)
-from .hashes import hash_from_hex, hash_hex, hash_pages, namespace_seed
+from .hashes import hash_from_hex, hash_hex, hash_pages, namespace_seed, \
+    sglang_namespace_seed
 from .layout import HitPolicy, Layout, MemKind, PoolInfo, Shard
 from .linker import (NO_SLOT, Completion, Linker, RankGroup, RequestKind)
 from .store import Store, mem_policy_names, parse_size, redact_uri
@@ -73,7 +74,8 @@ def err_name(code: int) -> str:
 
 __all__ = [
     "version", "has_feature", "strerror", "err_name", "library_path",
-    "hash_pages", "namespace_seed", "hash_hex", "hash_from_hex",
+    "hash_pages", "namespace_seed", "sglang_namespace_seed", "hash_hex",
+    "hash_from_hex",
     "Layout", "Shard", "MemKind", "HitPolicy", "PoolInfo",
     "Store", "parse_size", "mem_policy_names", "redact_uri",
     "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",

@@ -188,7 +188,11 @@ _PROTOTYPES = {
     # hashes
     "kvl_hash_pages": (c_int, [POINTER(c_uint64), c_size_t, c_size_t, HashP,
                                HashP, c_size_t, c_size_t_p]),
+    "kvl_hash_bigram_pages": (c_int, [POINTER(c_uint64), c_size_t, c_size_t,
+                                      HashP, HashP, c_size_t, c_size_t_p]),
     "kvl_namespace_seed": (c_int, [POINTER(c_char_p), c_size_t, HashP]),
+    "kvl_sglang_namespace_seed": (c_int, [c_char_p, c_char_p, HashP,
+                                          c_int_p]),
     "kvl_hash_to_hex": (c_int, [HashP, c_char_p, c_size_t]),
     "kvl_hash_from_hex": (c_int, [c_char_p, HashP]),
     # layouts

@@ -123,9 +123,10 @@ def _tokens_u64(tokens: Any):
 
 def hash_pages(tokens: Union[Sequence[int], Any], page_size: int,
                prior: Optional[HashLike] = None, *,
-               as_array: bool = False) -> Union[List[bytes], Any]:
+               as_array: bool = False,
+               bigram: bool = False) -> Union[List[bytes], Any]:
     """Hashes every whole page of ``tokens`` (trailing tokens that do not fill
-    a page are ignored).
+    a page are ignored): SGLang's page hashes, byte for byte.
 
     Args:
         tokens: token ids: a list of ints, an ``array.array``, a numpy array
@@ -136,6 +137,11 @@ def hash_pages(tokens: Union[Sequence[int], Any], page_size: int,
             never share a hash, so tenants never share pages).
         as_array: return a numpy ``uint8`` array shaped ``(pages, 32)``
             instead of a list of ``bytes``.
+        bigram: hash SGLang's EAGLE bigram keys instead: the n - 1
+            overlapping pairs of n tokens, ``page_size`` pairs to a page
+            (``(n - 1) // page_size`` pages). A tail from token
+            ``d * page_size`` on, with page d - 1's hash as ``prior``,
+            continues the chain.
 
     Returns:
         One 32-byte hash per whole page, in order.
@@ -148,12 +154,16 @@ def hash_pages(tokens: Union[Sequence[int], Any], page_size: int,
     from ._args import c_int
     page_size = c_int(page_size, "size_t", "hash_pages: page_size", lo=1)
     ptr, n_tokens, keep = _tokens_u64(tokens)
-    n_pages = n_tokens // page_size
+    if bigram:
+        n_pages = (n_tokens - 1) // page_size if n_tokens > 1 else 0
+        fn = lib.kvl_hash_bigram_pages
+    else:
+        n_pages = n_tokens // page_size
+        fn = lib.kvl_hash_pages
     out = (kvl_hash * max(n_pages, 1))()
     n_out = ctypes.c_size_t(0)
-    check(lib.kvl_hash_pages(ptr, n_tokens, page_size,
-                             hash_ptr(prior, "prior"), out, n_pages,
-                             ctypes.byref(n_out)),
+    check(fn(ptr, n_tokens, page_size, hash_ptr(prior, "prior"), out,
+             n_pages, ctypes.byref(n_out)),
           context="hash_pages")
     del keep
     raw = bytes(out)[:n_out.value * KVL_HASH_BYTES]
@@ -195,6 +205,33 @@ def namespace_seed(*salts: Union[str, bytes]) -> bytes:
     return bytes(out)
 
 
+def sglang_namespace_seed(extra_key: Optional[str] = None,
+                          cache_salt: Optional[str] = None
+                          ) -> Optional[bytes]:
+    """SGLang's storage namespace seed of a request (its ``extra_key``, with
+    a LoRA adapter's id appended, and its ``cache_salt``): pass it as
+    ``prior`` of :func:`hash_pages` for page 0 and kvlink names the pages
+    exactly as SGLang does. None when both are None: SGLang then hashes
+    the bare chain (prior None). An absent part differs from an empty one.
+
+    Raises:
+        InvalidArgument: a part holding a NUL character. TypeError: a part
+            that is not a str.
+    """
+    from ._args import c_text
+    parts = [None if p is None else
+             c_text(p, f"sglang_namespace_seed: {what}")
+             for p, what in ((extra_key, "extra_key"),
+                             (cache_salt, "cache_salt"))]
+    out = kvl_hash()
+    seeded = ctypes.c_int(0)
+    check(lib.kvl_sglang_namespace_seed(parts[0], parts[1],
+                                        ctypes.byref(out),
+                                        ctypes.byref(seeded)),
+          context="sglang_namespace_seed")
+    return bytes(out) if seeded.value else None
+
+
 def hash_hex(h: HashLike) -> str:
     """The 64 lowercase hex characters of a page hash."""
     buf = ctypes.create_string_buffer(_lib.KVL_HASH_HEX_LEN + 1)
@@ -215,5 +252,6 @@ def hash_from_hex(text: str) -> bytes:
     return bytes(out)
 
 
-__all__ = ["hash_pages", "namespace_seed", "hash_hex", "hash_from_hex",
+__all__ = ["hash_pages", "namespace_seed", "sglang_namespace_seed",
+           "hash_hex", "hash_from_hex",
            "HashLike", "HashesLike"]

@@ -110,3 +110,73 @@ def test_errors():
         kvl.namespace_seed()
     with pytest.raises(kvl.InvalidArgument, match="NUL"):
         kvl.namespace_seed("a\0b")
+
+
+# ---------------------------------------------------- SGLang's variants
+# The expected values below were computed with hashlib from SGLang's
+# definitions and checked against SGLang's own native hash module.
+
+def ref_bigram_chain(toks, page_size, prior=b""):
+    out, prev = [], prior
+    for i in range((len(toks) - 1) // page_size if len(toks) > 1 else 0):
+        words = [t for j in range(i * page_size, (i + 1) * page_size)
+                 for t in toks[j:j + 2]]
+        prev = H(prev + struct.pack(f"<{len(words)}I", *words))
+        out.append(prev)
+    return out
+
+
+def ref_sglang_seed(extra_key, cache_salt):
+    b = b"sglang-cache-namespace-v1"
+    for p in (extra_key, cache_salt):
+        if p is None:
+            b += b"\x00"
+        else:
+            e = p.encode()
+            b += b"\x01" + struct.pack("<Q", len(e)) + e
+    return H(b)
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 4, 16])
+def test_bigram_chain(page_size):
+    rng = np.random.default_rng(page_size)
+    toks = [int(t) for t in rng.integers(0, 2**32, 70)]
+    got = kvl.hash_pages(toks, page_size, bigram=True)
+    assert got == ref_bigram_chain(toks, page_size)
+    assert len(got) == 69 // page_size
+    # The tail from page 1 on, after page 0, continues the chain.
+    if len(got) > 1:
+        assert kvl.hash_pages(toks[page_size:], page_size, prior=got[0],
+                              bigram=True) == got[1:]
+    assert kvl.hash_pages(toks[:1], page_size, bigram=True) == []
+    assert kvl.hash_pages([], page_size, bigram=True) == []
+
+
+def test_sglang_vectors():
+    assert kvl.hash_hex(kvl.hash_pages([10, 20, 30, 40, 50], 2,
+                                       bigram=True)[1]) == \
+        "453f4cce8becb03a18ae6afca746893db8ebe101f05db3e015ce4780acef5111"
+    assert kvl.sglang_namespace_seed() is None
+    assert kvl.sglang_namespace_seed(None, None) is None
+    seed = kvl.sglang_namespace_seed("lora-1", "tenant-a")
+    assert kvl.hash_hex(seed) == \
+        "f0b3cb914ac096e548f62bd0afddd91b3d0013e436b850b1d1674f0cb60b03eb"
+    assert [kvl.hash_hex(h) for h in
+            kvl.hash_pages(list(range(1, 9)), 4, prior=seed)] == [
+        "2a72504ed2593dd51c93384b5adfbdd9bda13d7170787542f3490277ff49ee69",
+        "d3427329cb5dc53eb062f68b8e6d21355dca8df91d6b95cda845382fcae3d632"]
+
+
+@pytest.mark.parametrize("parts", [("lora-1", None), (None, "tenant-a"),
+                                   ("", None), (None, ""), ("", ""),
+                                   ("a", "bc"), ("ab", "c"),
+                                   ("\u00e9lan", "t\u00e9")])
+def test_sglang_seed_matches_hashlib(parts):
+    assert kvl.sglang_namespace_seed(*parts) == ref_sglang_seed(*parts)
+
+
+def test_sglang_seed_errors():
+    with pytest.raises(kvl.InvalidArgument, match="NUL"):
+        kvl.sglang_namespace_seed("a\0b")
+    with pytest.raises(TypeError, match="cache_salt"):
+        kvl.sglang_namespace_seed(None, b"salt")

@@ -3,12 +3,14 @@
  *
  * A prompt is cut into whole pages of page_size tokens. Page i is named by
  *   h_i = SHA-256(h_{i-1} ‖ tokens of page i as u32 little-endian)
- * with h_{-1} absent unless the caller gives a prior (a namespace seed). A
- * page that holds a token id above 2^32-1 is hashed instead as
- *   SHA-256(h_{i-1} ‖ 0xFF ‖ tokens of page i as u64 little-endian),
- * the byte format that kvlink.h documents as SGLang HiCache's. Because
- * each hash covers the one before it, equal hashes mean equal pages and
- * equal prefixes.
+ * with h_{-1} absent unless the caller gives a prior (a namespace seed):
+ * SGLang's page hashes, byte for byte. With EAGLE speculative decoding
+ * SGLang pages bigrams instead, the overlapping pairs (t_j, t_j+1), each
+ * two u32 words. A page that holds a token id above 2^32-1 (which SGLang
+ * refuses) is hashed in kvlink's own form instead,
+ *   SHA-256(h_{i-1} ‖ 0xFF ‖ the page's words as u64 little-endian).
+ * Because each hash covers the one before it, equal hashes mean equal
+ * pages and equal prefixes.
  *
  * Invariants: the byte encoding never depends on the host's byte order or
  * word size; every digest goes through libcrypto's EVP interface (the
@@ -29,6 +31,7 @@
 #define KVL__HASH_STAGE 4096
 
 static const char kvl__ns_tag[] = "kvlink-namespace-v1";
+static const char kvl__sglang_ns_tag[] = "sglang-cache-namespace-v1";
 
 /* The digest and the context that one call reuses for all its hashes. */
 typedef struct kvl__sha {
@@ -70,10 +73,11 @@ static int sha_final(kvl__sha *s, kvl_hash *out)
 	return KVL_OK;
 }
 
-/* Hashes one page of n > 0 tokens after `prev` (NULL: none) into `out`.
- * `prev` is consumed before `out` is written, so they may be the same. */
+/* Hashes one page after `prev` (NULL: none) into `out`: n > 0 tokens, or
+ * with `bigram` the n pairs of the n + 1 tokens at tok. `prev` is consumed
+ * before `out` is written, so they may be the same. */
 static int hash_page(kvl__sha *s, const kvl_hash *prev, const uint64_t *tok,
-                     size_t n, kvl_hash *out)
+                     size_t n, int bigram, kvl_hash *out)
 {
 	uint8_t stage[KVL__HASH_STAGE];
 	size_t len = 0;
@@ -81,7 +85,7 @@ static int hash_page(kvl__sha *s, const kvl_hash *prev, const uint64_t *tok,
 	int rc;
 
 	/* Branch-free so that the compiler can vectorize the scan. */
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n + (bigram ? 1 : 0); i++)
 		high |= tok[i] >> 32;
 
 	if ((rc = sha_init(s)))
@@ -93,23 +97,32 @@ static int hash_page(kvl__sha *s, const kvl_hash *prev, const uint64_t *tok,
 	if (high)
 		stage[len++] = 0xFF;
 	size_t width = high ? 8 : 4;
-	for (size_t i = 0; i < n;) {
-		/* Fill the stage with as many whole tokens as fit, in a loop
+	/* Word k of the page is tok[k], or for bigrams tok[(k + 1) / 2]:
+	 * pair j is words 2j and 2j + 1, tokens j and j + 1. */
+	size_t words = bigram ? 2 * n : n;
+	for (size_t k = 0; k < words;) {
+		/* Fill the stage with as many whole words as fit, in loops
 		 * simple enough for the compiler to vectorize. */
 		size_t m = (sizeof stage - len) / width;
-		if (m > n - i)
-			m = n - i;
+		if (m > words - k)
+			m = words - k;
 		uint8_t *dst = stage + len;
-		const uint64_t *src = tok + i;
-		if (high)
+		if (bigram && high)
 			for (size_t j = 0; j < m; j++)
-				kvl__put_u64le(dst + 8 * j, src[j]);
+				kvl__put_u64le(dst + 8 * j, tok[(k + j + 1) / 2]);
+		else if (bigram)
+			for (size_t j = 0; j < m; j++)
+				kvl__put_u32le(dst + 4 * j,
+				               (uint32_t)tok[(k + j + 1) / 2]);
+		else if (high)
+			for (size_t j = 0; j < m; j++)
+				kvl__put_u64le(dst + 8 * j, tok[k + j]);
 		else
 			for (size_t j = 0; j < m; j++)
-				kvl__put_u32le(dst + 4 * j, (uint32_t)src[j]);
+				kvl__put_u32le(dst + 4 * j, (uint32_t)tok[k + j]);
 		len += m * width;
-		i += m;
-		if (i < n) {
+		k += m;
+		if (k < words) {
 			if ((rc = sha_update(s, stage, len)))
 				return rc;
 			len = 0;
@@ -118,6 +131,30 @@ static int hash_page(kvl__sha *s, const kvl_hash *prev, const uint64_t *tok,
 	if ((rc = sha_update(s, stage, len)))
 		return rc;
 	return sha_final(s, out);
+}
+
+/* n_pages pages of page_size tokens (or bigrams) from `tokens`, chained
+ * after `prior`. */
+static int hash_chain(const uint64_t *tokens, size_t n_pages,
+                      size_t page_size, int bigram, const kvl_hash *prior,
+                      kvl_hash *out, size_t *n_out)
+{
+	if (n_pages == 0) {
+		*n_out = 0;
+		return KVL_OK;
+	}
+	kvl__sha s;
+	int rc = sha_open(&s);
+	const kvl_hash *prev = prior;
+	for (size_t i = 0; rc == KVL_OK && i < n_pages; i++) {
+		rc = hash_page(&s, prev, tokens + i * page_size, page_size,
+		               bigram, &out[i]);
+		prev = &out[i];
+	}
+	sha_close(&s);
+	if (rc == KVL_OK)
+		*n_out = n_pages;
+	return rc;
 }
 
 int kvl_hash_pages(const uint64_t *tokens, size_t n_tokens, size_t page_size,
@@ -129,22 +166,62 @@ int kvl_hash_pages(const uint64_t *tokens, size_t n_tokens, size_t page_size,
 	size_t n_pages = n_tokens / page_size;
 	if (out_cap < n_pages)
 		return KVL_ERANGE;
-	if (n_pages == 0) {
-		*n_out = 0;
-		return KVL_OK;
-	}
+	return hash_chain(tokens, n_pages, page_size, 0, prior, out, n_out);
+}
 
+int kvl_hash_bigram_pages(const uint64_t *tokens, size_t n_tokens,
+                          size_t page_size, const kvl_hash *prior,
+                          kvl_hash *out, size_t out_cap, size_t *n_out)
+{
+	if (page_size == 0 || !out || !n_out || (!tokens && n_tokens > 0))
+		return KVL_EINVAL;
+	size_t n_pages = n_tokens > 1 ? (n_tokens - 1) / page_size : 0;
+	if (out_cap < n_pages)
+		return KVL_ERANGE;
+	return hash_chain(tokens, n_pages, page_size, 1, prior, out, n_out);
+}
+
+/* Feeds one part of SGLang's namespace: 0x00 when absent, else 0x01, its
+ * byte length as u64 LE and its bytes. */
+static int sglang_ns_part(kvl__sha *s, const char *part)
+{
+	uint8_t head[9] = {0};
+	if (!part)
+		return sha_update(s, head, 1);
+	size_t len = strlen(part);
+	head[0] = 1;
+	kvl__put_u64le(head + 1, (uint64_t)len);
+	int rc = sha_update(s, head, sizeof head);
+	return rc ? rc : sha_update(s, part, len);
+}
+
+int kvl_sglang_namespace_seed(const char *extra_key, const char *cache_salt,
+                              kvl_hash *out, int *seeded_out)
+{
+	if (!out || !seeded_out)
+		return KVL_EINVAL;
+	*seeded_out = 0;
+	if (!extra_key && !cache_salt) /* no namespace: the bare chain */
+		return KVL_OK;
 	kvl__sha s;
+	kvl_hash seed;
 	int rc = sha_open(&s);
-	const kvl_hash *prev = prior;
-	for (size_t i = 0; rc == KVL_OK && i < n_pages; i++) {
-		rc = hash_page(&s, prev, tokens + i * page_size, page_size,
-		               &out[i]);
-		prev = &out[i];
-	}
-	sha_close(&s);
 	if (rc == KVL_OK)
-		*n_out = n_pages;
+		rc = sha_init(&s);
+	if (rc == KVL_OK)
+		rc = sha_update(&s, kvl__sglang_ns_tag,
+		                sizeof kvl__sglang_ns_tag - 1);
+	if (rc == KVL_OK)
+		rc = sglang_ns_part(&s, extra_key);
+	if (rc == KVL_OK)
+		rc = sglang_ns_part(&s, cache_salt);
+	if (rc == KVL_OK)
+		rc = sha_final(&s, &seed);
+	sha_close(&s);
+	if (rc == KVL_OK) {
+		*out = seed;
+		*seeded_out = 1;
+	}
 	return rc;
 }
 
