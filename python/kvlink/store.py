@@ -408,6 +408,14 @@ class Store(SharedHandle):
 
     # ---------------------------------------------------------- lifetime
 
+    def __copy__(self) -> "Store":
+        return self
+
+    def __deepcopy__(self, memo: Any) -> "Store":
+        """A store is a handle on one open store: copies share it (an
+        engine's config holding a Store may be deep-copied)."""
+        return self
+
     def _free(self) -> None:
         lib.kvl_store_close(self._h)
         self._h = _lib.StoreP()

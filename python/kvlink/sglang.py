@@ -1,0 +1,575 @@
+"""kvlink as SGLang's external cache linker (its unified radix cache).
+
+Start SGLang with::
+
+    --enable-unified-cache-external-linker
+    --unified-cache-external-linker-config '{"linker": "KvlinkLinker",
+        "linker_module_path": "kvlink.sglang",
+        "linker_extra_config": {"store": "redis://10.0.0.1:6379"}}'
+
+:class:`KvlinkLinker` implements SGLang's ``UnifiedCacheLinker``: lookups
+return this rank's *set* of restorable prefix lengths (SGLang intersects
+the sets of its ranks with a MIN all-reduce), loads are queued per request
+and started as one batch after an event recorded on the current stream,
+SGLang's KV pools wait per layer on :attr:`KvlinkLinker.layer_done_counter`
+(a wait enqueued on the current CUDA stream, so the CPU does not block),
+offloads run after an event and complete in the order they were queued.
+The store is any kvlink URI (``store`` in ``linker_extra_config``; default
+the embedded ``mem:`` store). docs/sglang.md has the whole mapping.
+
+Importing this module needs neither SGLang nor torch; ``KvlinkLinker`` is
+built, as a subclass of SGLang's ``UnifiedCacheLinker``, when it is first
+asked for (``kvlink.sglang.KvlinkLinker``, which SGLang's linker factory
+does).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Deque, Dict, List, Optional, Sequence
+
+from . import _sglang_pools as pools
+from .errors import KvlinkError
+from .hashes import hash_from_hex
+from .layout import Layout, MemKind
+from .linker import NO_SLOT, Linker
+from .store import Store, redact_uri
+
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover - the adapter needs numpy
+    _np = None
+
+log = logging.getLogger("kvlink.sglang")
+
+_ABC_MODULE = "sglang.srt.mem_cache.unified_cache.unified_cache_linker"
+_GROUP_MODULES = ("sglang.srt.mem_cache.hybrid_cache.linker_pool_assembler",
+                  "sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler")
+
+#: linker_extra_config keys and their defaults.
+DEFAULTS: Dict[str, Any] = {
+    "store": "mem:",            # a kvlink store URI, or an open Store
+    "model_tag": None,          # default: the model path
+    "swa_window_pages": None,   # default: from sliding_window_size
+    "load_timeout_s": 60.0,     # a layer wait longer than this fails
+    "reconnect_s": 10.0,        # retry a store that failed to open
+    "max_requests": 0,          # kvlink Linker options (0: its default)
+    "io_batch": 0,
+}
+
+
+class LoadFailed(RuntimeError):
+    """A layer-wise load failed: SGLang has published the pages as loaded,
+    so the forward pass must not go on over them. ``error`` is kvlink's."""
+
+    def __init__(self, message: str, error: Optional[BaseException] = None):
+        super().__init__(message)
+        self.error = error
+
+
+def _name(x: Any) -> str:
+    """A PoolName (a str enum), or a str, as its value."""
+    return str(getattr(x, "value", x))
+
+
+def _indices(t: Any) -> Any:
+    """A tensor, array or list of indices as a flat int64 numpy array."""
+    if hasattr(t, "detach"):
+        t = t.detach().cpu().numpy()
+    return _np.asarray(t, dtype=_np.int64).reshape(-1)
+
+
+def _page_slots(indices: Any, page_size: int, what: str) -> Any:
+    """Page slots from SGLang's indices: each page is page_size consecutive
+    indices from a multiple of page_size (SGLang's paged allocator)."""
+    idx = _indices(indices)
+    if idx.size % page_size:
+        raise ValueError(f"{what}: {idx.size} indices are not whole "
+                         f"{page_size}-token pages")
+    pages = idx.reshape(-1, page_size)
+    starts = pages[:, 0]
+    if (starts % page_size).any() or \
+            (pages != starts[:, None] + _np.arange(page_size)).any():
+        raise ValueError(f"{what}: pages must be aligned runs of "
+                         f"{page_size} indices")
+    return starts // page_size
+
+
+@dataclass
+class _Batch:
+    batch: int
+    rids: List[str]
+    ids: List[int]
+
+
+@dataclass
+class _Offload:
+    id: int
+    event: Any  # kept alive until the offload completes (kvlink reads it)
+
+
+class LayerDoneCounter:
+    """What SGLang's KV pools wait on: ``set_consumer(index)`` names the
+    batch the next forward pass reads (-1: none), ``wait_until(layer)``
+    (the pipeline-stage-local layer) returns once that layer's pages are
+    in their slots for the current CUDA stream; host pools wait on the
+    CPU. A batch that failed raises :class:`LoadFailed`: the pages SGLang
+    published as loaded are not there."""
+
+    def __init__(self, owner: "_KvlinkLinker"):
+        self._owner = owner
+        self._consumer = -1
+        self._done = -1  # the highest layer waited for in this batch
+
+    def set_consumer(self, index: int) -> None:
+        self._consumer = int(index)
+        self._done = -1
+
+    def wait_until(self, layer: int) -> None:
+        if self._consumer < 0 or layer <= self._done:
+            return
+        self._owner._wait_layer(self._consumer, int(layer))
+        self._done = int(layer)
+
+    def reset(self) -> None:
+        self.set_consumer(-1)
+
+
+class _KvlinkLinker:
+    """The implementation; :data:`KvlinkLinker` adds SGLang's base class.
+
+    Threads: SGLang calls the linker from its scheduler thread and waits
+    on the counter from its forward thread; a lock keeps the queues
+    consistent between them."""
+
+    layer_done_counter: LayerDoneCounter
+
+    def __init__(self, server_args: Any, params: Any, *,
+                 components: Any = None,
+                 extra_config: Optional[Dict[str, Any]] = None):
+        if _np is None:  # pragma: no cover
+            raise ImportError("kvlink.sglang needs numpy")
+        cfg = dict(extra_config or {})
+        unknown = sorted(set(cfg) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"kvlink.sglang: unknown linker_extra_config "
+                             f"keys {unknown} (known: {sorted(DEFAULTS)})")
+        self._cfg = {**DEFAULTS, **cfg}
+        self.page_size = int(params.page_size)
+        kvcache = params.token_to_kv_pool_allocator.get_kvcache()
+        specs = pools.pool_specs(kvcache, params,
+                                 _group_resolver(kvcache, params,
+                                                 components))
+        window = 0
+        if any(s.source == pools.SWA for s in specs):
+            window = pools.sliding_window_pages(params, kvcache,
+                                                self.page_size, self._cfg)
+        self._specs = {s.name: s for s in specs}
+        self.layout: Layout = pools.build_layout(
+            specs, pools.model_tag(server_args, self._cfg), self.page_size,
+            pools.shard_of(params), window)
+        self._cuda = any(
+            info.mem == MemKind.CUDA for info in self._buffer_kinds())
+        self._mu = threading.Lock()
+        self._ids = 0
+        self._queued: Dict[str, int] = {}       # rid → load id
+        self._batches: Deque[_Batch] = collections.deque()
+        self._offloads: Deque[_Offload] = collections.deque()
+        self._done: Dict[int, Any] = {}         # id → Completion
+        #: rid → Completion of loads that failed (kvlink's extension:
+        #: SGLang's completions carry no status).
+        self.failed_loads: Dict[str, Any] = {}
+        self.stats: Dict[str, int] = collections.Counter()
+        self._warned: Dict[str, float] = {}
+        self._lk: Optional[Linker] = None
+        self._store: Optional[Store] = None
+        self._retry_at = 0.0
+        self.layer_done_counter = LayerDoneCounter(self)
+        self._connect()
+
+    # ------------------------------------------------------------ store
+
+    def _buffer_kinds(self):
+        from ._buffers import array_info
+        for spec in self._specs.values():
+            for layers in spec.components.values():
+                for t in layers.values():
+                    yield array_info(t)
+
+    def _connect(self) -> Optional[Linker]:
+        """The linker, opening the store if it is not open and a retry is
+        due; None while the store cannot be opened (SGLang then runs
+        without the cache: lookups miss, offloads are declined)."""
+        if self._lk is not None or time.monotonic() < self._retry_at:
+            return self._lk
+        uri = self._cfg["store"]
+        shared = isinstance(uri, Store)  # the caller's: not closed here
+        try:
+            self._store = uri if shared else Store(uri)
+            self._lk = Linker(self.layout, self._store,
+                              max_requests=int(self._cfg["max_requests"]),
+                              io_batch=int(self._cfg["io_batch"]))
+            if self.stats["store_down"]:
+                log.warning("kvlink: store %s is open again", self._uri())
+        except KvlinkError as e:
+            if self._store is not None and not shared:
+                self._store.close()
+            self._store = None
+            self._retry_at = time.monotonic() + float(self._cfg["reconnect_s"])
+            self.stats["store_down"] += 1
+            self._warn("open", "kvlink: cannot open store %s (%s); SGLang "
+                       "runs without it, retrying every %.0f s",
+                       self._uri(), e, float(self._cfg["reconnect_s"]))
+        return self._lk
+
+    def _uri(self) -> str:
+        uri = self._cfg["store"]
+        return repr(uri) if isinstance(uri, Store) else redact_uri(uri)
+
+    def _warn(self, kind: str, msg: str, *args: Any) -> None:
+        """A warning at most once per 30 s per kind (hot paths)."""
+        now = time.monotonic()
+        if now >= self._warned.get(kind, 0.0):
+            self._warned[kind] = now + 30.0
+            log.warning(msg, *args)
+
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    # ---------------------------------------------------------- lookups
+
+    def _transfers(self, transfers: Sequence[Any]) -> Dict[str, Any]:
+        return {_name(t.name): t for t in transfers}
+
+    def lookup(self, rid: str, transfers: List[Any]) -> List[int]:
+        """Every tail-relative prefix length (in pages, ascending, 0 left
+        out) this rank can restore for the pages of the KV transfer's keys.
+        Pools fed by a transfer that is absent do not constrain it. A store
+        that fails counts as a miss here (the request is computed), never
+        as a hit."""
+        by = self._transfers(transfers)
+        kv = by.get(pools.KV)
+        if kv is None or not kv.keys:
+            return []
+        lk = self._connect()
+        if lk is None:
+            return []
+        pages = [hash_from_hex(k) for k in kv.keys]
+        rows: Dict[str, Any] = {}
+        for name, spec in self._specs.items():
+            src = by.get(spec.source)
+            if src is None or not src.keys:
+                rows[name] = [0] * len(pages)
+        self.stats["lookups"] += 1
+        try:
+            found = lk.lookup_set(pages, pool_pages=rows or None)
+        except KvlinkError as e:
+            self.stats["lookup_errors"] += 1
+            self._warn("lookup", "kvlink: lookup %s failed, computing it "
+                       "instead: %s", rid, e)
+            return []
+        hits = sorted(p for p in found if p > 0)
+        self.stats["hit_pages"] += hits[-1] if hits else 0
+        return hits
+
+    # ------------------------------------------------------------ loads
+
+    def _slots(self, by: Dict[str, Any], pages: List[bytes],
+               what: str) -> Dict[str, Any]:
+        """Per kvlink pool, one slot per page (NO_SLOT where the pool's
+        source transfer does not carry that page)."""
+        at = {p: i for i, p in enumerate(pages)}
+        out: Dict[str, Any] = {}
+        for name, spec in self._specs.items():
+            src = by.get(spec.source)
+            if src is None or not src.keys or src.device_indices is None:
+                continue
+            idx = src.device_indices
+            if spec.translate is not None:
+                idx = spec.translate(idx)
+            slots = _page_slots(idx, self.page_size, f"{what} {name}")
+            if len(slots) != len(src.keys):
+                raise ValueError(f"{what} {name}: {len(src.keys)} keys but "
+                                 f"{len(slots)} pages of indices")
+            row = _np.full(len(pages), NO_SLOT, dtype=_np.int64)
+            for key, slot in zip(src.keys, slots):
+                row[at[hash_from_hex(key)]] = slot
+            out[name] = row
+        return out
+
+    @staticmethod
+    def _pages(by: Dict[str, Any]) -> List[bytes]:
+        """The pages of all transfers, KV's first, each once."""
+        pages: List[bytes] = []
+        seen = set()
+        for name in sorted(by, key=lambda n: n != pools.KV):
+            for k in by[name].keys or ():
+                h = hash_from_hex(k)
+                if h not in seen:
+                    seen.add(h)
+                    pages.append(h)
+        return pages
+
+    def load(self, rid: str, transfers: List[Any]) -> bool:
+        """Queues the pages of ``transfers`` into their device indices for
+        the next :meth:`start_layer_wise_loading`. False when nothing could
+        be queued (no store, nothing to load, a refused request)."""
+        by = self._transfers(transfers)
+        pages = self._pages(by)
+        lk = self._lk
+        if lk is None or not pages:
+            return False
+        slots = self._slots(by, pages, f"load {rid}")
+        if not slots:
+            return False
+        with self._mu:
+            if rid in self._queued:
+                raise RuntimeError(f"kvlink: load {rid!r} is already queued")
+            rid_id = self._next_id()
+            try:
+                lk.load(rid_id, pages, slots)
+            except KvlinkError as e:
+                self.stats["load_refused"] += 1
+                self._warn("load", "kvlink: load %s refused: %s", rid, e)
+                return False
+            self._queued[rid] = rid_id
+        self.stats["loads"] += 1
+        return True
+
+    def start_layer_wise_loading(self) -> int:
+        """Starts every queued load as one batch, after the work queued so
+        far on the current CUDA stream; returns the batch's consumer index
+        for the counter, or -1 when nothing was queued."""
+        with self._mu:
+            if not self._queued:
+                return -1
+            lk = self._lk
+            event = self._record_event()
+            try:
+                batch = lk.start(event=event)
+            except KvlinkError as e:
+                raise LoadFailed(f"kvlink: cannot start the loads of "
+                                 f"{sorted(self._queued)}: {e}", e) from e
+            self._batches.append(_Batch(batch, list(self._queued),
+                                        list(self._queued.values())))
+            self._queued.clear()
+        return batch
+
+    def _record_event(self) -> Any:
+        if not self._cuda:
+            return None
+        import torch
+        ev = torch.cuda.Event()
+        ev.record()
+        return ev
+
+    def _wait_layer(self, batch: int, layer: int) -> None:
+        lk = self._lk
+        if lk is None:  # reset or closed under a forward pass
+            raise LoadFailed(f"kvlink: batch {batch} waited for after close")
+        timeout = float(self._cfg["load_timeout_s"])
+        try:
+            if self._cuda:
+                lk.wait_stream(batch, layer, timeout=timeout)
+            else:
+                lk.wait(batch, layer, timeout=timeout)
+        except KvlinkError as e:
+            self.stats["load_failures"] += 1
+            raise LoadFailed(f"kvlink: layer {layer} of load batch {batch} "
+                             f"failed: {e}", e) from e
+
+    def cancel_queued_load(self, rid: str) -> bool:
+        """False: as SGLang's own linkers now do, a load it queued is never
+        withdrawn (its radix tree has published the pages, and only the
+        load fills them); it completes and is drained as usual."""
+        return False
+
+    # ------------------------------------------------------ completions
+
+    def _poll(self) -> None:
+        lk = self._lk
+        if lk is None:
+            return
+        for c in lk.poll(256):
+            self._done[c.id] = c
+
+    def _loads_done(self) -> int:
+        n = 0
+        for b in self._batches:
+            if not all(i in self._done for i in b.ids):
+                break
+            n += 1
+        return n
+
+    def num_completed_loads(self) -> int:
+        with self._mu:
+            self._poll()
+            return self._loads_done()
+
+    def pop_completed_load(self) -> List[str]:
+        """The rids of the oldest finished batch; those whose load failed
+        are also in :attr:`failed_loads` (and the forward pass that read
+        them raised :class:`LoadFailed`)."""
+        with self._mu:
+            self._poll()
+            if not self._loads_done():
+                return []
+            b = self._batches.popleft()
+            for rid, i in zip(b.rids, b.ids):
+                c = self._done.pop(i)
+                if not c.ok:
+                    self.failed_loads[rid] = c
+                    self.stats["failed_loads"] += 1
+            return b.rids
+
+    # ---------------------------------------------------------- offloads
+
+    def offload(self, transfers: List[Any]) -> bool:
+        """Queues one node's pages for storing, after the work queued so
+        far on the current CUDA stream. True: exactly one result follows,
+        in order, from :meth:`pop_completed_offload`."""
+        by = self._transfers(transfers)
+        kv = by.get(pools.KV)
+        if kv is None or not kv.keys:
+            return False
+        lk = self._connect()
+        if lk is None:
+            return False
+        pages = self._pages(by)
+        slots = self._slots(by, pages, "offload")
+        if not slots:
+            return False
+        with self._mu:
+            oid = self._next_id()
+            event = self._record_event()
+            try:
+                lk.offload(oid, pages, slots, event=event)
+            except KvlinkError as e:
+                self.stats["offload_refused"] += 1
+                self._warn("offload", "kvlink: offload refused: %s", e)
+                return False
+            self._offloads.append(_Offload(oid, event))
+        self.stats["offloads"] += 1
+        return True
+
+    def _offloads_done(self) -> int:
+        n = 0
+        for o in self._offloads:
+            if o.id not in self._done:
+                break
+            n += 1
+        return n
+
+    def num_completed_offloads(self) -> int:
+        with self._mu:
+            self._poll()
+            return self._offloads_done()
+
+    def pop_completed_offload(self) -> bool:
+        """The oldest finished offload's result: True when every page of
+        it is stored."""
+        with self._mu:
+            self._poll()
+            if not self._offloads_done():
+                raise IndexError("kvlink: no finished offload to pop")
+            c = self._done.pop(self._offloads.popleft().id)
+            if not c.ok:
+                self.stats["failed_offloads"] += 1
+            return c.ok
+
+    # ------------------------------------------------------ reset/close
+
+    def reset(self) -> None:
+        """Quiesces: withdraws loads not started, waits for started batches
+        and queued offloads, and forgets every result."""
+        with self._mu:
+            lk = self._lk
+            if lk is not None:
+                for i in self._queued.values():
+                    lk.cancel(i)
+                timeout = float(self._cfg["load_timeout_s"])
+                for b in self._batches:
+                    try:
+                        lk.wait(b.batch, max(lk.layers - 1, 0),
+                                timeout=timeout)
+                    except KvlinkError:
+                        pass  # failed batches are finished too
+                try:
+                    lk.flush(timeout=timeout)
+                except KvlinkError as e:
+                    self._warn("reset", "kvlink: reset: %s", e)
+                want = len(self._queued) + len(self._offloads) + \
+                    sum(len(b.ids) for b in self._batches)
+                seen = len(self._done)
+                deadline = time.monotonic() + timeout
+                while seen < want and time.monotonic() < deadline:
+                    seen += len(lk.poll(256, timeout=0.05))
+            self._queued.clear()
+            self._batches.clear()
+            self._offloads.clear()
+            self._done.clear()
+            self.layer_done_counter.reset()
+
+    def close(self) -> None:
+        """reset, then closes the linker and the store."""
+        self.reset()
+        with self._mu:
+            if self._lk is not None:
+                self._lk.close()
+                self._lk = None
+            if self._store is not None and \
+                    not isinstance(self._cfg["store"], Store):
+                self._store.close()
+            self._store = None
+            self._retry_at = float("inf")  # never reopened
+
+
+def _group_resolver(kvcache: Any, params: Any, components: Any):
+    """A function building SGLang's DevicePoolGroup for pools only its own
+    assembler knows, or None when SGLang is not importable."""
+    for name in _GROUP_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = __import__(name, fromlist=["_"])
+            except ImportError:
+                continue
+        fn = getattr(module, "resolve_hybrid_device_pool_group", None)
+        if fn is not None:
+            return lambda: fn(kvcache=kvcache, page_size=int(params.page_size),
+                              params=params,
+                              components=set(components or ()))
+    return None
+
+
+_built: Dict[str, type] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``KvlinkLinker``: the linker class, built on first use as a subclass
+    of SGLang's UnifiedCacheLinker (so importing this module needs no
+    SGLang)."""
+    if name != "KvlinkLinker":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _built:
+        try:
+            base = __import__(_ABC_MODULE, fromlist=["_"]).UnifiedCacheLinker
+        except (ImportError, AttributeError) as e:
+            raise ImportError(f"kvlink.sglang.KvlinkLinker needs SGLang's "
+                              f"{_ABC_MODULE}.UnifiedCacheLinker: {e}") from e
+        # SGLang's base is an ABC: its metaclass builds the class, and
+        # finds every abstract method implemented.
+        _built[name] = type(base)(name, (_KvlinkLinker, base),
+                                  {"__module__": __name__,
+                                   "__doc__": _KvlinkLinker.__doc__})
+    return _built[name]
+
+
+# KvlinkLinker is left out: ``import *`` must work without SGLang.
+__all__ = ["LayerDoneCounter", "LoadFailed", "DEFAULTS"]
