@@ -31,11 +31,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Optional, Sequence
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import _sglang_pools as pools
 from .errors import KvlinkError
-from .hashes import hash_from_hex
 from .layout import Layout, MemKind
 from .linker import NO_SLOT, Linker
 from .store import Store, redact_uri
@@ -75,6 +74,18 @@ class LoadFailed(RuntimeError):
 def _name(x: Any) -> str:
     """A PoolName (a str enum), or a str, as its value."""
     return str(getattr(x, "value", x))
+
+
+def _page_hash(key: str) -> bytes:
+    """A page's key from SGLang (64 hex characters) as its 32 bytes."""
+    try:
+        h = bytes.fromhex(key)
+    except (TypeError, ValueError):
+        h = b""
+    if len(h) != 32:
+        raise ValueError(f"kvlink: {key!r} is not a page hash (64 hex "
+                         f"characters)")
+    return h
 
 
 def _indices(t: Any) -> Any:
@@ -260,12 +271,13 @@ class _KvlinkLinker:
         lk = self._connect()
         if lk is None:
             return []
-        pages = [hash_from_hex(k) for k in kv.keys]
+        # One bytes object of 32·n: the binding then checks nothing per page.
+        pages = b"".join(_page_hash(k) for k in kv.keys)
         rows: Dict[str, Any] = {}
         for name, spec in self._specs.items():
             src = by.get(spec.source)
             if src is None or not src.keys:
-                rows[name] = [0] * len(pages)
+                rows[name] = [0] * len(kv.keys)
         self.stats["lookups"] += 1
         try:
             found = lk.lookup_set(pages, pool_pages=rows or None)
@@ -280,11 +292,11 @@ class _KvlinkLinker:
 
     # ------------------------------------------------------------ loads
 
-    def _slots(self, by: Dict[str, Any], pages: List[bytes],
+    def _slots(self, by: Dict[str, Any], at: Dict[str, int],
                what: str) -> Dict[str, Any]:
-        """Per kvlink pool, one slot per page (NO_SLOT where the pool's
-        source transfer does not carry that page)."""
-        at = {p: i for i, p in enumerate(pages)}
+        """Per kvlink pool, one slot per page of `at` (key → position;
+        NO_SLOT where the pool's source transfer does not carry that
+        page)."""
         out: Dict[str, Any] = {}
         for name, spec in self._specs.items():
             src = by.get(spec.source)
@@ -297,35 +309,34 @@ class _KvlinkLinker:
             if len(slots) != len(src.keys):
                 raise ValueError(f"{what} {name}: {len(src.keys)} keys but "
                                  f"{len(slots)} pages of indices")
-            row = _np.full(len(pages), NO_SLOT, dtype=_np.int64)
-            for key, slot in zip(src.keys, slots):
-                row[at[hash_from_hex(key)]] = slot
+            row = _np.full(len(at), NO_SLOT, dtype=_np.int64)
+            row[[at[k] for k in src.keys]] = slots
             out[name] = row
         return out
 
     @staticmethod
-    def _pages(by: Dict[str, Any]) -> List[bytes]:
-        """The pages of all transfers, KV's first, each once."""
+    def _pages(by: Dict[str, Any]) -> Tuple[List[bytes], Dict[str, int]]:
+        """The pages of all transfers, KV's first, each once, and each
+        key's position among them."""
         pages: List[bytes] = []
-        seen = set()
+        at: Dict[str, int] = {}
         for name in sorted(by, key=lambda n: n != pools.KV):
             for k in by[name].keys or ():
-                h = hash_from_hex(k)
-                if h not in seen:
-                    seen.add(h)
-                    pages.append(h)
-        return pages
+                if k not in at:
+                    at[k] = len(pages)
+                    pages.append(_page_hash(k))
+        return pages, at
 
     def load(self, rid: str, transfers: List[Any]) -> bool:
         """Queues the pages of ``transfers`` into their device indices for
         the next :meth:`start_layer_wise_loading`. False when nothing could
         be queued (no store, nothing to load, a refused request)."""
         by = self._transfers(transfers)
-        pages = self._pages(by)
+        pages, at = self._pages(by)
         lk = self._lk
         if lk is None or not pages:
             return False
-        slots = self._slots(by, pages, f"load {rid}")
+        slots = self._slots(by, at, f"load {rid}")
         if not slots:
             return False
         with self._mu:
@@ -333,7 +344,7 @@ class _KvlinkLinker:
                 raise RuntimeError(f"kvlink: load {rid!r} is already queued")
             rid_id = self._next_id()
             try:
-                lk.load(rid_id, pages, slots)
+                lk.load(rid_id, b"".join(pages), slots)
             except KvlinkError as e:
                 self.stats["load_refused"] += 1
                 self._warn("load", "kvlink: load %s refused: %s", rid, e)
@@ -441,15 +452,15 @@ class _KvlinkLinker:
         lk = self._connect()
         if lk is None:
             return False
-        pages = self._pages(by)
-        slots = self._slots(by, pages, "offload")
+        pages, at = self._pages(by)
+        slots = self._slots(by, at, "offload")
         if not slots:
             return False
         with self._mu:
             oid = self._next_id()
             event = self._record_event()
             try:
-                lk.offload(oid, pages, slots, event=event)
+                lk.offload(oid, b"".join(pages), slots, event=event)
             except KvlinkError as e:
                 self.stats["offload_refused"] += 1
                 self._warn("offload", "kvlink: offload refused: %s", e)

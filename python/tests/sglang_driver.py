@@ -114,13 +114,18 @@ class Rank:
         return [kvl.hash_hex(h) for h in kvl.hash_pages(tokens, self.page,
                                                        prior=prior)]
 
-    def transfers(self, keys: List[str], kv_idx=None, swa_idx=None
-                  ) -> List[Any]:
+    def transfers(self, keys: List[str], kv_idx=None, swa_idx=None,
+                  swa_pages: Optional[int] = None) -> List[Any]:
+        """The KV transfer and, for a sliding-window model, the SWA one
+        over the last swa_pages pages (default: the window's, as SGLang's
+        lookups and loads take; none when 0)."""
         out = [PoolTransfer(name=PoolName.KV, keys=list(keys),
                             device_indices=kv_idx)]
-        if self.window_pages:
-            w = keys[-self.window_pages:]
-            out.append(PoolTransfer(name=PoolName.SWA, keys=list(w),
+        if swa_pages is None:
+            swa_pages = self.window_pages
+        if self.window_pages and swa_pages:
+            out.append(PoolTransfer(name=PoolName.SWA,
+                                    keys=list(keys[-swa_pages:]),
                                     device_indices=swa_idx,
                                     hit_policy=PoolHitPolicy.TRAILING_PAGES))
         return out
@@ -190,17 +195,23 @@ class Rank:
         return results
 
     def backup(self, node: str, keys: List[str], slots: List[int],
+               swa_pages: Optional[int] = None,
                swa_slots: Optional[List[int]] = None) -> bool:
-        """BackupKV of one node: offload its pages (a sliding-window
-        model's window pages from swa_slots, SGLang's SWA indices; default:
-        the same numbers as the window's full slots)."""
+        """BackupKV of one node (its own pages, not its ancestors'):
+        offload them. A sliding-window node offloads the SWA data of the
+        last swa_pages of its pages, those it still holds (default: all),
+        from swa_slots, SGLang's SWA indices (default: the same numbers as
+        those pages' full slots)."""
         idx = self.token_indices(slots)
         swa_idx = None
-        if self.window_pages:
+        if swa_pages is None:
+            swa_pages = len(keys)
+        if self.window_pages and swa_pages:
             if swa_slots is None:
-                swa_slots = slots[-self.window_pages:]
+                swa_slots = slots[-swa_pages:]
             swa_idx = self.token_indices(swa_slots)
-        ok = self.linker.offload(self.transfers(keys, idx, swa_idx))
+        ok = self.linker.offload(self.transfers(keys, idx, swa_idx,
+                                                swa_pages))
         if ok:
             self.pending_offloads.append(node)
         return ok

@@ -1,6 +1,7 @@
 """The examples run and pass: examples/engine_loop.py (numpy, and torch if
 importable), and examples/e2e_transformer.py --help (always) and on the
-CPU when torch and transformers are importable. (The packaging backend is
+CPU when torch and transformers are importable, as is
+examples/sglang_transformer.py. (The packaging backend is
 tested in test_packaging.py.)"""
 
 import importlib.util
@@ -47,3 +48,13 @@ def test_e2e_transformer_cpu():
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1].startswith("PASS")
 
+
+
+def test_sglang_transformer():
+    """A real transformer's KV restored through kvlink.sglang (on the GPU
+    when there is one)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    r = run([os.path.join(EXAMPLES, "sglang_transformer.py")], timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1].startswith("PASS")

@@ -29,14 +29,47 @@ CONFIG = {"linker": "KvlinkLinker", "linker_module_path": "kvlink.sglang"}
 T = 30.0
 
 
-def alloc_fn(seed=None):
+def _cuda_ok():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available() and kvl.has_feature("cuda")
+
+
+#: Where the pools live: numpy arrays on the CPU, and CUDA tensors (SGLang's
+#: real case, with stream-ordered waits) where torch has a GPU and kvlink
+#: has CUDA.
+DEVICES = ["cpu"] + (["cuda"] if _cuda_ok() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def dev(request):
+    return request.param
+
+
+def alloc_fn(seed=None, dev="cpu"):
+    """Pool tensors: random bytes with a seed (a source server), zeros
+    without (a destination)."""
     rng = np.random.default_rng(seed)
 
     def alloc(shape, dtype="float16"):
-        if seed is None:
-            return np.zeros(shape, dtype)
-        return rng.integers(0, 255, shape).astype(dtype)
+        a = np.zeros(shape, dtype) if seed is None else \
+            rng.integers(0, 255, shape).astype(dtype)
+        if dev == "cpu":
+            return a
+        import torch
+        return torch.from_numpy(a).to("cuda")
     return alloc
+
+
+def host(x):
+    """A pool tensor's bytes as a numpy array (after the GPU's work)."""
+    if hasattr(x, "cpu"):
+        import torch
+        torch.cuda.synchronize()
+        return x.cpu().numpy()
+    return x
 
 
 def tokens(n_pages, seed=0):
@@ -49,8 +82,8 @@ class Server:
     made by SGLang's factory."""
 
     def __init__(self, kind, store, seed=None, tp=(0, 1), allreduce=None,
-                 extra=None, window_pages=2, draft=False):
-        a = alloc_fn(seed)
+                 extra=None, window_pages=2, draft=False, dev="cpu"):
+        a = alloc_fn(seed, dev)
         size = (SLOTS - 1) * PAGE
         self.kind = kind
         self.window_pages = window_pages if kind == "swa" else 0
@@ -117,7 +150,9 @@ class Server:
             kv.get_key_buffer(layer)
         else:
             kv.buffer(layer, "k")
-        return [b.copy() for b in self.buffers(layer)]
+        # Copies on the current stream: after the counter's wait on a GPU.
+        return [b.clone() if hasattr(b, "clone") else b.copy()
+                for b in self.buffers(layer)]
 
     def page_rows(self, buf, slot):
         """The rows of page `slot` in a buffer (rows are tokens or pages)."""
@@ -133,8 +168,8 @@ def same_pages(src, src_slots, dst, dst_slots, layers=None, reads=None):
         bufs = reads[layer] if reads is not None else dst.buffers(layer)
         for sb, db in zip(src.buffers(layer), bufs):
             for s, d in zip(src_slots, dst_slots):
-                if not np.array_equal(src.page_rows(sb, s),
-                                      dst.page_rows(db, d)):
+                if not np.array_equal(host(src.page_rows(sb, s)),
+                                      host(dst.page_rows(db, d))):
                     return False
     return True
 
@@ -189,19 +224,33 @@ def test_factory_and_config():
 # ----------------------------------------------------------- round trips
 
 @pytest.mark.parametrize("kind", ["mha", "hnd", "mla", "dsa", "swa"])
-def test_round_trip(kind):
+def test_round_trip(kind, dev):
     """One rank: a node offloaded by one server is restored into another
     server's pools layer by layer, byte for byte, and completes once. The
     draft pool of the DSA server is never waited on (as in SGLang): it is
     in place once the target's last layer is."""
-    store = kvl.Store("mem:")
-    src = Server(kind, store, seed=1, draft=kind == "dsa")
-    dst = Server(kind, store, draft=kind == "dsa")
-    keys = src.rank.tail_hashes(tokens(6))
+    round_trip(kind, dev, kvl.Store("mem:"))
+
+
+@pytest.mark.parametrize("kind", ["mha", "swa"])
+def test_remote_store_round_trip(kind, dev):
+    """The same on the store of $KVL_TEST_STORE_URI (redis://, mooncake://:
+    ctest's redis_sglang and mooncake_sglang set it)."""
+    uri = os.environ.get("KVL_TEST_STORE_URI")
+    if not uri:
+        pytest.skip("KVL_TEST_STORE_URI is not set (ctest's redis_sglang "
+                    "and mooncake_sglang set it)")
+    round_trip(kind, dev, kvl.Store(uri), seed=int(time.time_ns() % 10**9))
+
+
+def round_trip(kind, dev, store, seed=0):
+    src = Server(kind, store, seed=1, draft=kind == "dsa", dev=dev)
+    dst = Server(kind, store, draft=kind == "dsa", dev=dev)
+    keys = src.rank.tail_hashes(tokens(6, seed=seed))
     src_slots = src.rank.alloc.alloc_pages(6)
     offload_prompt(src, keys, src_slots)
     assert dst.linker.lookup("r", dst.rank.transfers(keys)) == \
-        list(range(1, 7)) if kind != "swa" else [1, 2, 3, 4, 5, 6]
+        list(range(1, 7))
     assert dst.rank.match("r", keys) == 6
     dst_slots = dst.rank.load_back("r", keys)
     reads = dst.rank.forward()
@@ -222,7 +271,7 @@ def test_round_trip(kind):
     dst.linker.close()
 
 
-def test_mla_tp_ranks_share_replicated_pages():
+def test_mla_tp_ranks_share_replicated_pages(dev):
     """Two TP ranks (threads) of an MLA model: the latent is replicated,
     written by tp rank 0 only, and restored by both."""
     store = kvl.Store("mem:")
@@ -230,11 +279,12 @@ def test_mla_tp_ranks_share_replicated_pages():
     keys = None
 
     def rank(r):
-        src = Server("mla", store, seed=1, tp=(r, 2), allreduce=ar_src)
+        src = Server("mla", store, seed=1, tp=(r, 2), allreduce=ar_src,
+                     dev=dev)
         k = src.rank.tail_hashes(tokens(5, seed=3))
         s_slots = src.rank.alloc.alloc_pages(5)
         offload_prompt(src, k, s_slots)
-        dst = Server("mla", store, tp=(r, 2), allreduce=ar_dst)
+        dst = Server("mla", store, tp=(r, 2), allreduce=ar_dst, dev=dev)
         assert dst.rank.match("q", k) == 5
         d_slots = dst.rank.load_back("q", k)
         reads = dst.rank.forward()
@@ -301,8 +351,9 @@ def test_set_has_holes():
     src = Server("swa", store, seed=1, window_pages=1)
     keys = src.rank.tail_hashes(tokens(4, seed=40))
     slots = src.rank.alloc.alloc_pages(4)
-    for i in (1, 3):  # nodes ending at b and at d
-        assert src.rank.backup(f"n{i}", keys[:i + 1], slots[:i + 1])
+    for i in range(4):  # one node per page; a and c lost their window data
+        assert src.rank.backup(f"n{i}", keys[i:i + 1], slots[i:i + 1],
+                               swa_pages=i % 2)
     src.rank.drain(T)
     assert src.linker.lookup("h", src.rank.transfers(keys)) == [2, 4]
     assert src.linker.lookup("h", src.rank.transfers(keys[:3])) == [2]
@@ -320,12 +371,10 @@ def test_sets_match_batch_exists_v2(seed):
     n = int(rng.integers(3, 12))
     src = Server("swa", store, seed=1, window_pages=window)
     keys = src.rank.tail_hashes(tokens(n, seed=seed))
-    # Store every page of both pools (the swa pool from the whole node).
+    # Store every page of both pools, then remove some at random.
     slots = src.rank.alloc.alloc_pages(n)
     lay = src.linker.layout
-    for i in range(n):  # one node per page, so each page's swa is stored
-        node_keys, node_slots = keys[:i + 1], slots[:i + 1]
-        assert src.rank.backup(f"n{i}", node_keys, node_slots)
+    assert src.rank.backup("n", keys, slots)
     src.rank.drain(T)
     present = {"kv": rng.random(n) < 0.85, "swa": rng.random(n) < 0.6}
     for pool, ex in present.items():
@@ -399,25 +448,25 @@ def test_deepseek_v4_pools_from_sglang_pool_group(monkeypatch):
 
 # -------------------------------------------------------------- failures
 
-def restored_server(uri, n=4, seed=11, **kw):
+def restored_server(uri, n=4, seed=11, dev="cpu", **kw):
     """(src, dst, keys): n pages offloaded by src through `uri`'s store
     (a fault store wrapping the source's)."""
     store = kvl.Store(uri)
-    src = Server("mha", store, seed=1)
+    src = Server("mha", store, seed=1, dev=dev)
     keys = src.rank.tail_hashes(tokens(n, seed=seed))
     offload_prompt(src, keys, src.rank.alloc.alloc_pages(n))
-    dst = Server("mha", store, **kw)
+    dst = Server("mha", store, dev=dev, **kw)
     return src, dst, keys
 
 
 @pytest.mark.parametrize("fault", ["fail_get_call=2", "corrupt=1"])
-def test_failed_load_is_never_reported_loaded(fault):
+def test_failed_load_is_never_reported_loaded(fault, dev):
     """A store failing the second layer's read, or corrupting every read:
     the forward pass raises LoadFailed at (or before) the failed layer,
     never computes over it; the batch still completes (SGLang releases its
     locks) and the request is in failed_loads; the next batch works."""
     from kvlink.sglang import LoadFailed
-    src, dst, keys = restored_server(f"fault+mem:?fault.{fault}")
+    src, dst, keys = restored_server(f"fault+mem:?fault.{fault}", dev=dev)
     assert dst.rank.match("bad", keys) == 4
     dst.rank.load_back("bad", keys)
     with pytest.raises(LoadFailed, match="layer"):
@@ -430,14 +479,14 @@ def test_failed_load_is_never_reported_loaded(fault):
     dst.linker.close()
 
 
-def test_eviction_after_lookup():
+def test_eviction_after_lookup(dev):
     """Pages evicted between lookup and load: the load fails, honestly."""
     from kvlink.sglang import LoadFailed
     store = kvl.Store("mem:")
-    src = Server("mha", store, seed=1)
+    src = Server("mha", store, seed=1, dev=dev)
     keys = src.rank.tail_hashes(tokens(4, seed=12))
     offload_prompt(src, keys, src.rank.alloc.alloc_pages(4))
-    dst = Server("mha", store)
+    dst = Server("mha", store, dev=dev)
     assert dst.rank.match("e", keys) == 4
     store.remove(dst.linker.layout.key("kv", kvl.hash_from_hex(keys[2])))
     dst.rank.load_back("e", keys)
@@ -518,11 +567,12 @@ def test_offload_results_are_fifo():
     srv.linker.close()
 
 
-def test_cancel_reset_close_with_work_queued():
+def test_cancel_reset_close_with_work_queued(dev):
     """cancel_queued_load never withdraws a published load (SGLang's own
     linkers now do the same); reset with loads queued and offloads in
     flight returns quiesced; close after that, and twice, is fine."""
-    src, dst, keys = restored_server("fault+mem:?fault.latency_ms=20")
+    src, dst, keys = restored_server("fault+mem:?fault.latency_ms=20",
+                                     dev=dev)
     assert dst.rank.match("c", keys) == 4
     slots = dst.rank.load_back("c", keys)
     assert dst.linker.cancel_queued_load("c") is False
@@ -555,9 +605,10 @@ def test_cancel_reset_close_with_work_queued():
 def test_bad_input():
     srv = Server("mha", "mem:")
     keys = srv.rank.tail_hashes(tokens(2, seed=30))
-    with pytest.raises(kvl.ParseError):
-        srv.linker.lookup("b", [PoolTransfer(name=PoolName.KV,
-                                             keys=["zz" * 32])])
+    for bad in ("zz" * 32, "ab" * 31, 7):
+        with pytest.raises(ValueError, match="not a page hash"):
+            srv.linker.lookup("b", [PoolTransfer(name=PoolName.KV,
+                                                 keys=[bad])])
     with pytest.raises(ValueError, match="aligned runs"):
         srv.linker.load("b", [PoolTransfer(
             name=PoolName.KV, keys=keys,
