@@ -168,13 +168,13 @@ def run(args, dtype):
 
 
 def main(argv=None):
+    args = e2e.parse_args(argv)  # --help needs neither torch nor SGLang
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as e:
         print(f"SKIP: {e}")
         return 77
-    args = e2e.parse_args(argv)
     _, dtypes, _ = e2e.resolve(args)
     bad = []
     for dtype in dtypes:
