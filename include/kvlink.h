@@ -60,7 +60,7 @@ extern "C" {
 
 /* The one source of kvlink's version (the build and the bindings read it). */
 #define KVL_VERSION_MAJOR 0
-#define KVL_VERSION_MINOR 3
+#define KVL_VERSION_MINOR 4
 #define KVL_VERSION_PATCH 0
 
 /* ===================================================================== errors */

@@ -272,7 +272,7 @@ _PROTOTYPES = {
 # The library major.minor these bindings were written against. Before 1.0 a
 # minor version may change the API (0.2 and 0.3 did), so a 0.x library must match
 # major and minor; from 1.0 on, any later minor of the same major does.
-BOUND_VERSION = (0, 3)
+BOUND_VERSION = (0, 4)
 
 LIBRARY_ENV = "KVLINK_LIBRARY"
 
