@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import _sglang_pools as pools
-from .errors import KvlinkError
+from .errors import KvlinkError, StoreIOError, Timeout
 from .layout import Layout, MemKind
 from .linker import NO_SLOT, Linker
 from .store import Store, redact_uri
@@ -171,6 +171,16 @@ class _KvlinkLinker:
             raise ValueError(f"kvlink.sglang: unknown linker_extra_config "
                              f"keys {unknown} (known: {sorted(DEFAULTS)})")
         self._cfg = {**DEFAULTS, **cfg}
+        for key in ("load_timeout_s", "reconnect_s", "max_requests",
+                    "io_batch"):
+            try:
+                value = float(self._cfg[key])
+            except (TypeError, ValueError):
+                value = -1.0
+            if not value >= 0:
+                raise ValueError(f"kvlink.sglang: linker_extra_config "
+                                 f"{key} must be a number >= 0, got "
+                                 f"{self._cfg[key]!r}")
         self.page_size = int(params.page_size)
         kvcache = params.token_to_kv_pool_allocator.get_kvcache()
         specs = pools.pool_specs(kvcache, params,
@@ -201,7 +211,7 @@ class _KvlinkLinker:
         self._store: Optional[Store] = None
         self._retry_at = 0.0
         self.layer_done_counter = LayerDoneCounter(self)
-        self._connect()
+        self._connect(starting=True)
 
     # ------------------------------------------------------------ store
 
@@ -212,10 +222,12 @@ class _KvlinkLinker:
                 for t in layers.values():
                     yield array_info(t)
 
-    def _connect(self) -> Optional[Linker]:
+    def _connect(self, starting: bool = False) -> Optional[Linker]:
         """The linker, opening the store if it is not open and a retry is
-        due; None while the store cannot be opened (SGLang then runs
-        without the cache: lookups miss, offloads are declined)."""
+        due; None while the store cannot be reached (SGLang then runs
+        without the cache: lookups miss, offloads are declined). Any other
+        failure to open (a malformed URI, a store this build lacks) is a
+        configuration error, raised when the server starts."""
         if self._lk is not None or time.monotonic() < self._retry_at:
             return self._lk
         uri = self._cfg["store"]
@@ -231,6 +243,8 @@ class _KvlinkLinker:
             if self._store is not None and not shared:
                 self._store.close()
             self._store = None
+            if starting and not isinstance(e, (StoreIOError, Timeout)):
+                raise
             self._retry_at = time.monotonic() + float(self._cfg["reconnect_s"])
             self.stats["store_down"] += 1
             self._warn("open", "kvlink: cannot open store %s (%s); SGLang "
@@ -405,10 +419,12 @@ class _KvlinkLinker:
 
     def _poll(self) -> None:
         lk = self._lk
-        if lk is None:
-            return
-        for c in lk.poll(256):
-            self._done[c.id] = c
+        while lk is not None:
+            got = lk.poll(256)
+            for c in got:
+                self._done[c.id] = c
+            if len(got) < 256:
+                return
 
     def _loads_done(self) -> int:
         n = 0

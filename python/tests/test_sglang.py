@@ -216,6 +216,16 @@ def test_factory_and_config():
     srv.linker.close()
     with pytest.raises(ValueError, match="unknown linker_extra_config"):
         Server("mha", "mem:", extra={"stor": "mem:"})
+    for key, bad in (("load_timeout_s", "soon"), ("reconnect_s", -1),
+                     ("io_batch", None)):
+        with pytest.raises(ValueError, match=key):
+            Server("mha", "mem:", extra={key: bad})
+    # A store that cannot be opened for another reason than being down is
+    # a configuration error, not an outage to wait out.
+    with pytest.raises(kvl.KvlinkError, match="URI|scheme|unknown"):
+        Server("mha", "nosuch://x")
+    with pytest.raises(kvl.KvlinkError, match="capacity"):
+        Server("mha", "mem:?capacity=lots")
     with pytest.raises(ValueError, match="UnifiedCacheLinker|no attribute"):
         create_linker(dict(CONFIG, linker="Nope"), sg.ServerArgs(),
                       srv.params, [ComponentType.FULL])
@@ -298,6 +308,52 @@ def test_mla_tp_ranks_share_replicated_pages(dev):
     keys = run_ranks(2, rank)
     assert keys[0] == keys[1] and "tp" not in keys[0].split(":")[-1]
     assert store.stats()["objects"] == 5  # one copy, not one per rank
+
+
+def test_pipeline_stage_and_cp_rank():
+    """A second pipeline stage (its pool starts at model layer 8) of a CP
+    rank: kvlink's layers are the stage's from 0, as its pools wait; the
+    shard's cp rank comes from the attention CP group, its pp rank from
+    pp_rank, and both are in the keys."""
+    store = kvl.Store("mem:")
+    servers = []
+    for seed in (1, None):
+        a = alloc_fn(seed)
+        kv = sg.MHATokenToKVPool((SLOTS - 1) * PAGE, PAGE, np.float16, 2, 8,
+                                 LAYERS, a, start_layer=8)
+        params = sg.CacheInitParams(
+            token_to_kv_pool_allocator=sg.TokenAllocator(kv, SLOTS),
+            page_size=PAGE, attn_cp_cache_group=sg.Group(1, 2), pp_rank=1,
+            pp_size=2)
+        lk = create_linker(dict(CONFIG, linker_extra_config={"store": store}),
+                           sg.ServerArgs(), params, [ComponentType.FULL])
+        reads = []
+
+        def read(layer, kv=kv, reads=reads):
+            reads.append(layer)
+            kv.get_key_buffer(8 + layer)  # SGLang's model layer id
+            return kv.k_buffer[layer].copy()
+        servers.append((kv, Rank(lk, params, MinAllReduce(1), LAYERS, read),
+                        reads))
+    (skv, src, _), (dkv, dst, reads) = servers
+    assert dst.linker.layout.shard == kvl.Shard(0, 1, 1, 2, 1, 2)
+    assert dst.linker.layout.pool_layers("kv") == tuple(range(LAYERS))
+    keys = src.tail_hashes(tokens(3, seed=50))
+    assert src.backup("n", keys, [1, 2, 3])
+    src.drain(T)
+    assert dst.linker.layout.key("kv", kvl.hash_from_hex(
+        keys[0])).endswith(":kv:tp0_cp1_pp1")
+    assert dst.match("p", keys) == 3
+    slots = dst.load_back("p", keys)
+    got = dst.forward()
+    assert reads == list(range(LAYERS))
+    for layer in range(LAYERS):
+        assert np.array_equal(got[layer][slots[0] * PAGE:(slots[-1] + 1) *
+                                         PAGE],
+                              skv.k_buffer[layer][PAGE:4 * PAGE])
+    dst.drain(T)
+    for _, r, _ in servers:
+        r.linker.close()
 
 
 def test_ranks_intersect_sets():
@@ -513,9 +569,12 @@ def test_store_failing_lookups_is_a_miss():
 
 def test_store_down_at_start_up():
     """The server starts and runs without the cache while its store cannot
-    be opened, and uses it once it can (a Redis server started later)."""
+    be reached, and uses it once it can (a Redis server started later)."""
     import shutil
     import socket
+    if not kvl.has_feature("redis") or not shutil.which("redis-server"):
+        pytest.skip("needs kvlink's Redis store and redis-server (a store "
+                    "that is down at start-up, then up)")
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -529,10 +588,6 @@ def test_store_down_at_start_up():
     assert not srv.rank.backup("n", keys, slots)
     assert srv.linker.start_layer_wise_loading() == -1
     srv.rank.forward()  # nothing to wait for
-    if not kvl.has_feature("redis") or not shutil.which("redis-server"):
-        srv.linker.close()
-        pytest.skip("the second half needs kvlink's Redis store and "
-                    "redis-server")
     proc = subprocess.Popen(["redis-server", "--port", str(port), "--save",
                              "", "--appendonly", "no"],
                             stdout=subprocess.DEVNULL)
