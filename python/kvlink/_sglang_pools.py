@@ -50,7 +50,8 @@ class PoolSpec:
     components: Dict[str, Dict[int, Any]] = field(default_factory=dict)
     rows_are_pages: bool = False    #: a tensor row is a page, not a token
     replicated: bool = False        #: identical on every TP rank (MLA)
-    #: the source's indices → this pool's (e.g. full → SWA slots)
+    #: the source transfer's indices → this pool's rows (a pool group
+    #: entry's translate_indices; SGLang's SWA indices need none)
     translate: Optional[Callable[[Any], Any]] = None
     dtype: Optional[str] = None
     memory_layout: str = ""
@@ -171,8 +172,7 @@ def _swa_specs(kvcache: Any, params: Any) -> List[PoolSpec]:
     if full:
         specs.append(_attention_spec(KV, KV, kvcache.full_kv_pool, full))
     if swa:
-        spec = _attention_spec(SWA, SWA, kvcache.swa_kv_pool, swa)
-        specs.append(spec)
+        specs.append(_attention_spec(SWA, SWA, kvcache.swa_kv_pool, swa))
     return specs
 
 
