@@ -581,6 +581,20 @@ KVL_API int kvl_layout_add_buffer(kvl_layout *layout, int pool,
                                   const char *component, uint32_t layer,
                                   const kvl_buffer *buf);
 
+/* Describes component `component` of model layer `layer` of pool `pool` by
+ * its size only: page_bytes bytes per page, no memory. A layout of shapes
+ * has the fingerprints and keys of a layout of the same sizes with memory,
+ * whatever that one's addresses and slot counts, so a process that has none
+ * of the engine's buffers (a scheduler, a router) can name pages and ask
+ * what exists (kvl_layout_key, kvl_layout_shard_key, kvl_prober_open). A
+ * linker, kvl_pages_put, kvl_pages_get and kvl_layout_page_pieces refuse
+ * it (KVL_EINVAL). A layout is all shapes or all memory (finalize checks).
+ * Errors: kvl_layout_add_buffer's (KVL_EINVAL for page_bytes 0). Not
+ * thread-safe. */
+KVL_API int kvl_layout_add_shape(kvl_layout *layout, int pool,
+                                 const char *component, uint32_t layer,
+                                 size_t page_bytes);
+
 /* Checks the whole description and freezes it: every pool has buffers, no two
  * buffers overlap in memory, and each layer of a pool describes the same
  * components (a missing component at a layer is an error). Computes object
@@ -944,6 +958,16 @@ KVL_API int kvl_layout_fingerprint(const kvl_layout *layout, int pool,
 KVL_API int kvl_layout_key(const kvl_layout *layout, int pool,
                            const kvl_hash *page, char *buf, size_t buflen);
 
+/* The key of page `page` of pool `pool` for rank `shard` of this layout's
+ * model (a shard of the same tp, cp and pp sizes), as that rank's own
+ * layout names it with kvl_layout_key (rank indices are in keys, not in
+ * fingerprints). Errors: KVL_EINVAL (NULL, a shard of other sizes or with a
+ * rank beyond its size), KVL_ERANGE (buflen too small), KVL_ENOTFOUND.
+ * Thread-safe. */
+KVL_API int kvl_layout_shard_key(const kvl_layout *layout, int pool,
+                                 const kvl_shard *shard, const kvl_hash *page,
+                                 char *buf, size_t buflen);
+
 /* -------------------------------------------- restorable sets and ranks */
 
 /* A restorable set is a bitmap over prefix lengths p = 0..n_pages (in pages):
@@ -999,6 +1023,54 @@ KVL_API int kvl_rank_group_allreduce(uint64_t *bits, size_t n_words,
                                      void *group);
 /* Frees the group; no thread may be inside kvl_rank_group_allreduce. */
 KVL_API void kvl_rank_group_free(kvl_rank_group *group);
+
+/* ---------------------------------------------- lookups without memory */
+
+/* A prober answers which prefixes of a model's pages every rank can restore,
+ * from the store alone: for the scheduler of an engine whose workers are
+ * other processes, a router, or a disaggregation proxy. It derives every
+ * rank's keys from one layout per pipeline stage (of shapes, or with
+ * memory: only sizes are read) and asks for all of them in one batched
+ * existence query per lookup.
+ *
+ * stages    n_stages finalized layouts, one per pipeline stage (n_stages is
+ *           their pp_size; each one's shard names its stage, its tp and cp
+ *           ranks are ignored: every tp and cp rank is asked, tp rank 0 only
+ *           for pools replicated across tp ranks). They stay owned by the
+ *           caller and must outlive the prober; they must share page size
+ *           and rank sizes.
+ * Errors of open: KVL_EINVAL (NULL arguments, an unfinalized layout,
+ * layouts of different page or rank sizes, not one layout per stage),
+ * KVL_ENOMEM. The store must outlive the prober. */
+typedef struct kvl_prober kvl_prober;
+KVL_API int kvl_prober_open(kvl_store *store, const kvl_layout *const *stages,
+                            size_t n_stages, kvl_prober **out, char *errbuf,
+                            size_t errlen);
+
+/* The set of prefix lengths of `pages` restorable on every rank (as
+ * kvl_linker_lookup_set, intersected over the ranks), into [out] bits
+ * (n_words >= kvl_bitmap_words(n_pages)). Side-effect free. On any failure
+ * but a NULL or short `bits`, bits hold the empty prefix only.
+ * Errors: KVL_EINVAL (NULL prober, bits or pages), KVL_ERANGE (n_words too
+ * small: nothing written; more than KVL_LINKER_MAX_REQUEST_PAGES pages),
+ * KVL_EIO (store down or failing any key: not a miss), KVL_ENOMEM.
+ * Thread-safe (lookups on one prober run one at a time). */
+KVL_API int kvl_prober_lookup_set(kvl_prober *prober, const kvl_hash *pages,
+                                  size_t n_pages, uint64_t *bits,
+                                  size_t n_words);
+
+/* The longest prefix restorable on every rank: the largest member of
+ * kvl_prober_lookup_set; [out] prefix_out (0 when the call fails).
+ * Errors: kvl_prober_lookup_set's, KVL_EINVAL for a NULL prefix_out. */
+KVL_API int kvl_prober_lookup(kvl_prober *prober, const kvl_hash *pages,
+                              size_t n_pages, size_t *prefix_out);
+
+/* The message of the most recent failure on this prober (rules as
+ * kvl_linker_errmsg; "prober is NULL" for NULL). */
+KVL_API const char *kvl_prober_errmsg(const kvl_prober *prober);
+
+/* Frees a prober (NULL: no-op). No thread may be inside its calls. */
+KVL_API void kvl_prober_close(kvl_prober *prober);
 
 #ifdef __cplusplus
 }

@@ -1661,6 +1661,159 @@ static int r_lookup_set_key_errors(void)
 	return lookup_set("fault+mem:?fault.error=1", NULL, 1);
 }
 
+
+/* A one-pool layout of sizes only (kvl_layout_add_shape), finalized
+ * unless `open`; with `shard` for a tp rank of 2. */
+static kvl_layout *shape_layout(int open, const kvl_shard *shard)
+{
+	kvl_layout *l = NULL;
+	ASSERT_CODE(kvl_layout_create("errors/bf16", 16, shard, &l, NULL, 0),
+	            KVL_OK);
+	int id;
+	ASSERT_CODE(kvl_layout_add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0, &id),
+	            KVL_OK);
+	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
+		ASSERT_CODE(kvl_layout_add_shape(l, id, "k", ly, K_BYTES),
+		            KVL_OK);
+	if (!open)
+		ASSERT_CODE(kvl_layout_finalize(l), KVL_OK);
+	return l;
+}
+
+static int r_shape_bytes_zero(void)
+{
+	kvl_layout *l = shape_layout(1, NULL);
+	int rc = kvl_layout_add_shape(l, 0, "v", 0, 0);
+	note(rc, kvl_layout_errmsg(l));
+	kvl_layout_free(l);
+	return rc;
+}
+
+static int r_shape_mixed(void)
+{
+	kvl_layout *l = shape_layout(1, NULL);
+	static _Alignas(64) uint8_t mem[K_BYTES];
+	kvl_buffer b = {.base = mem, .page_stride = K_BYTES,
+	                .page_bytes = K_BYTES, .num_pages = 1};
+	int rc = kvl_layout_add_buffer(l, 0, "v", 0, &b);
+	if (rc == 0)
+		rc = kvl_layout_finalize(l);
+	note(rc, kvl_layout_errmsg(l));
+	kvl_layout_free(l);
+	return rc;
+}
+
+static int r_shape_linker(void)
+{
+	kvl_layout *l = shape_layout(0, NULL);
+	kvl_store *s = NULL;
+	ASSERT_CODE(kvl_store_open("mem:", &s, NULL, 0), KVL_OK);
+	kvl_linker *lk = NULL;
+	char err[256] = "";
+	int rc = kvl_linker_open(s, l, NULL, &lk, err, sizeof err);
+	note(rc, err);
+	kvl_linker_close(lk);
+	kvl_store_close(s);
+	kvl_layout_free(l);
+	return rc;
+}
+
+static int r_shape_pages_put(void)
+{
+	kvl_layout *l = shape_layout(0, NULL);
+	kvl_store *s = NULL;
+	ASSERT_CODE(kvl_store_open("mem:", &s, NULL, 0), KVL_OK);
+	kvl_hash h = page_n(1);
+	size_t slot = 0;
+	int res = 0;
+	int rc = kvl_pages_put(s, l, 0, &h, &slot, 1, &res);
+	note(rc, kvl_store_errmsg(s));
+	kvl_store_close(s);
+	kvl_layout_free(l);
+	return rc;
+}
+
+static int r_shard_key_sizes(void)
+{
+	kvl_layout *l = shape_layout(0, NULL);
+	kvl_shard other = {0, 2, 0, 1, 0, 1};
+	kvl_hash h = page_n(1);
+	char key[KVL_KEY_MAX];
+	int rc = kvl_layout_shard_key(l, 0, &other, &h, key, sizeof key);
+	note(rc, kvl_layout_errmsg(l));
+	kvl_layout_free(l);
+	return rc;
+}
+
+/* kvl_prober_open over n layouts of sizes only, one per shard given (n 0:
+ * a NULL list). */
+static int prober_open(size_t n, const kvl_shard *shards)
+{
+	kvl_layout *l[2] = {NULL, NULL};
+	for (size_t i = 0; i < n; i++)
+		l[i] = shape_layout(0, &shards[i]);
+	kvl_store *s = NULL;
+	ASSERT_CODE(kvl_store_open("mem:", &s, NULL, 0), KVL_OK);
+	kvl_prober *pr = NULL;
+	char err[256] = "";
+	int rc = kvl_prober_open(s, n ? (const kvl_layout *const *)l : NULL, n,
+	                         &pr, err, sizeof err);
+	note(rc, err);
+	kvl_prober_close(pr);
+	kvl_store_close(s);
+	for (size_t i = 0; i < n; i++)
+		kvl_layout_free(l[i]);
+	return rc;
+}
+
+static int r_prober_none(void) { return prober_open(0, NULL); }
+static int r_prober_stages(void)
+{
+	kvl_shard s[1] = {{0, 1, 0, 1, 0, 2}};
+	return prober_open(1, s);
+}
+static int r_prober_twice(void)
+{
+	kvl_shard s[2] = {{0, 1, 0, 1, 1, 2}, {0, 1, 0, 1, 1, 2}};
+	return prober_open(2, s);
+}
+static int r_prober_sizes(void)
+{
+	kvl_shard s[2] = {{0, 1, 0, 1, 0, 2}, {0, 2, 0, 1, 1, 2}};
+	return prober_open(2, s);
+}
+
+/* kvl_prober_lookup_set on `uri` into `words` words; -999 unless a
+ * failure left bits empty (or, for a short bitmap, untouched). */
+static int prober_lookup(const char *uri, size_t words)
+{
+	kvl_layout *l = shape_layout(0, NULL);
+	kvl_store *s = NULL;
+	ASSERT_CODE(kvl_store_open(uri, &s, NULL, 0), KVL_OK);
+	kvl_prober *pr = NULL;
+	const kvl_layout *stages[1] = {l};
+	ASSERT_CODE(kvl_prober_open(s, stages, 1, &pr, NULL, 0), KVL_OK);
+	kvl_hash pages[4] = {page_n(1), page_n(2), page_n(3), page_n(4)};
+	uint64_t bits[1] = {42};
+	int rc = kvl_prober_lookup_set(pr, pages, 4, bits, words);
+	note(rc, kvl_prober_errmsg(pr));
+	uint64_t want = words ? 1 : 42;
+	kvl_prober_close(pr);
+	kvl_store_close(s);
+	kvl_layout_free(l);
+	return rc && bits[0] != want ? -999 : rc;
+}
+
+static int r_prober_short(void) { return prober_lookup("mem:", 0); }
+static int r_prober_down(void)
+{
+	return prober_lookup("fault+mem:?fault.down=1", 1);
+}
+static int r_prober_key_errors(void)
+{
+	return prober_lookup("fault+mem:?fault.error=1", 1);
+}
+
 static int failing_allreduce(uint64_t *bits, size_t n, void *user)
 {
 	(void)bits;
@@ -2229,6 +2382,11 @@ static const row rows[] = {
 	R("buffer.pool-unknown", r_buffer_pool_unknown),
 	R("buffer.duplicate", r_buffer_dup),
 	R("buffer.finalized", r_buffer_finalized),
+	R("shape.bytes-zero", r_shape_bytes_zero),
+	R("shape.mixed", r_shape_mixed),
+	R("shape.linker", r_shape_linker),
+	R("shape.pages-put", r_shape_pages_put),
+	R("shard-key.sizes", r_shard_key_sizes),
 	R("finalize.no-pools", r_finalize_no_pools),
 	R("finalize.pool-empty", r_finalize_pool_empty),
 	R("finalize.overlap", r_finalize_overlap),
@@ -2361,6 +2519,13 @@ static const row rows[] = {
 	R("lookup-set.too-many-pages", r_lookup_set_too_many),
 	R("lookup-set.store-down", r_lookup_set_down),
 	R("lookup-set.key-errors", r_lookup_set_key_errors),
+	R("prober.no-layouts", r_prober_none),
+	R("prober.stages", r_prober_stages),
+	R("prober.stage-twice", r_prober_twice),
+	R("prober.sizes-differ", r_prober_sizes),
+	R("prober.bits-short", r_prober_short),
+	R("prober.store-down", r_prober_down),
+	R("prober.key-errors", r_prober_key_errors),
 	R("load.no-pages", r_load_no_pages),
 	R("load.slots-null", r_load_slots_null),
 	R("load.slot-range", r_load_slot_range),

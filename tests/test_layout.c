@@ -1260,6 +1260,76 @@ static void test_fingerprint_format(void **state)
 	kvl_layout_free(l);
 }
 
+/* kvl_layout_add_shape: a layout of sizes only has the fingerprints and
+ * keys of the same layout with memory; it cannot be mixed with memory, and
+ * calls that need memory refuse it. */
+static void test_shapes(void **state)
+{
+	(void)state;
+	spec b = base_spec();
+	kvl_layout *mem = build(&b);
+	kvl_layout *l = new_layout(b.tag, b.page_size, &b.shard);
+	int p = add_pool(l, b.pool, b.policy, b.window, b.flags);
+	for (size_t i = 0; i < b.n_layers; i++) {
+		ASSERT_RC(l, kvl_layout_add_shape(l, p, "k", b.layers[i], b.pb_k),
+		          KVL_OK);
+		ASSERT_RC(l, kvl_layout_add_shape(l, p, "v", b.layers[i], b.pb_v),
+		          KVL_OK);
+	}
+	finalize(l);
+	char f1[33], f2[33];
+	fp_of(mem, 0, f1);
+	fp_of(l, 0, f2);
+	assert_string_equal(f1, f2);
+	fp_of(mem, -1, f1);
+	fp_of(l, -1, f2);
+	assert_string_equal(f1, f2);
+	kvl_hash h = some_hash(5);
+	char k1[KVL_KEY_MAX], k2[KVL_KEY_MAX];
+	assert_int_equal(kvl_layout_key(mem, 0, &h, k1, sizeof k1), KVL_OK);
+	assert_int_equal(kvl_layout_key(l, 0, &h, k2, sizeof k2), KVL_OK);
+	assert_string_equal(k1, k2);
+	size_t size1, size2;
+	assert_int_equal(kvl_layout_object_size(mem, 0, &size1, NULL), KVL_OK);
+	assert_int_equal(kvl_layout_object_size(l, 0, &size2, NULL), KVL_OK);
+	assert_int_equal(size1, size2);
+	kvl_iov pieces[16];
+	size_t n;
+	ASSERT_FAILS(l, kvl_layout_page_pieces(l, 0, 0, KVL_ALL_LAYERS, pieces,
+	                                       16, &n),
+	             KVL_EINVAL, "sizes only");
+	kvl_layout_free(l);
+	kvl_layout_free(mem);
+
+	/* Errors. */
+	l = new_layout("m", 16, NULL);
+	p = add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0);
+	ASSERT_FAILS(l, kvl_layout_add_shape(l, p, "k", 0, 0), KVL_EINVAL,
+	             "page_bytes is 0");
+	ASSERT_FAILS(l, kvl_layout_add_shape(l, p + 1, "k", 0, 64),
+	             KVL_ENOTFOUND, "unknown pool");
+	ASSERT_FAILS(l, kvl_layout_add_shape(l, p, "k:x", 0, 64), KVL_EINVAL,
+	             "component name");
+	ASSERT_FAILS(l, kvl_layout_add_shape(l, p, "k", KVL_ALL_LAYERS, 64),
+	             KVL_EINVAL, "KVL_ALL_LAYERS");
+	ASSERT_RC(l, kvl_layout_add_shape(l, p, "k", 0, 64), KVL_OK);
+	ASSERT_FAILS(l, kvl_layout_add_shape(l, p, "k", 0, 64), KVL_EEXIST,
+	             "already described");
+	assert_int_equal(kvl_layout_add_shape(NULL, 0, "k", 0, 64), KVL_EINVAL);
+	/* Sizes and memory in one layout. */
+	add_buf(l, p, "k", 1, hbuf(arena, 64, 64, 1));
+	ASSERT_FAILS(l, kvl_layout_finalize(l), KVL_EINVAL,
+	             "a layout is one or the other");
+	kvl_layout_free(l);
+	l = new_layout("m", 16, NULL);
+	p = add_pool(l, "kv", KVL_HIT_ALL_PAGES, 0, 0);
+	ASSERT_RC(l, kvl_layout_add_shape(l, p, "k", 0, 64), KVL_OK);
+	finalize(l);
+	ASSERT_FAILS(l, kvl_layout_add_shape(l, p, "k", 1, 64), KVL_ESTATE,
+	             "finalized");
+	kvl_layout_free(l);
+}
+
 static void test_fingerprint_ranks_and_pools(void **state)
 {
 	(void)state;
@@ -1790,6 +1860,7 @@ int main(void)
 		cmocka_unit_test(test_fingerprint_stable),
 		cmocka_unit_test(test_fingerprint_covers),
 		cmocka_unit_test(test_fingerprint_format),
+		cmocka_unit_test(test_shapes),
 		cmocka_unit_test(test_fingerprint_ranks_and_pools),
 		cmocka_unit_test(test_key_format),
 		cmocka_unit_test(test_header_size),

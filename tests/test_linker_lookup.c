@@ -15,7 +15,9 @@
  * namespace of its own.
  *
  * Covers: lookup prefixes and bad arguments, holes of ALL_PAGES and
- * TRAILING pools, pool_pages subsets, this rank's set (lookup_set), namespace seeds (loads find pages only
+ * TRAILING pools, pool_pages subsets, this rank's set (lookup_set),
+ * probers (every rank's set from a layout of sizes only, tp ranks and
+ * pipeline stages, keys of any shard, failures), namespace seeds (loads find pages only
  * under their seed), one store exists call per lookup, ranks as threads
  * sharing a store and a rank group (a rank lacking pages, a replicated pool
  * shared by the ranks, a rank whose store is down, a peer that never comes).
@@ -485,6 +487,261 @@ static void test_lookup_rank_down(void **state)
 	kvl_rank_group_free(g);
 }
 
+/* ================================================================ prober */
+
+/* The set lk can restore of pg[0..n) (this rank's), as a bitmap word. */
+static uint64_t rank_set(kvl_linker *lk, const kvl_hash *pg, size_t n)
+{
+	uint64_t bits = 0;
+	ASSERT_RC(lk, kvl_linker_lookup_set(lk, pg, n, NULL, &bits, 1),
+	          KVL_OK);
+	return bits;
+}
+
+static uint64_t prober_set(kvl_prober *pr, const kvl_hash *pg, size_t n)
+{
+	uint64_t bits = 0;
+	ASSERT_RC(pr, kvl_prober_lookup_set(pr, pg, n, &bits, 1), KVL_OK);
+	return bits;
+}
+
+/* Two tp ranks with kv, swa and a replicated mla pool store their pages;
+ * a prober over a layout of sizes only answers what both can restore:
+ * the intersection of the ranks' own sets, as holes appear on either. */
+static void test_prober_ranks(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok(STORE_URI);
+	host h[2];
+	kvl_linker *lk[2];
+	kvl_hash pg[6];
+	make_pages(pg, 6, 41);
+	for (unsigned r = 0; r < 2; r++) {
+		hcfg cfg = {.swa = 1, .mla = 1, .shard = {r, 2, 0, 1, 0, 1}};
+		host_init(&h[r], &cfg);
+		lk[r] = open_lk(&h[r], s, NULL);
+		req q;
+		req_init(&q, pg, 6);
+		req_pool(&q, h[r].kv, 0, 0);
+		req_pool(&q, h[r].swa, 0, 0);
+		req_pool(&q, h[r].mla, 0, 0);
+		fill_req(&h[r], &q);
+		expect_completion((kvl_completion[]){offload_sync(lk[r], 1, &q)},
+		                  KVL_REQ_OFFLOAD, 0, 6, 6);
+	}
+	/* The prober's layout: sizes only, its tp rank does not matter. */
+	host shp;
+	hcfg scfg = {.swa = 1, .mla = 1, .shard = {1, 2, 0, 1, 0, 1},
+	             .shapes = 1};
+	host_init(&shp, &scfg);
+	const kvl_layout *stages[1] = {shp.l};
+	kvl_prober *pr = NULL;
+	char err[256] = "";
+	ASSERT_RC(err, kvl_prober_open(s, stages, 1, &pr, err, sizeof err),
+	          KVL_OK);
+	size_t prefix = 99;
+	ASSERT_RC(pr, kvl_prober_lookup(pr, pg, 6, &prefix), KVL_OK);
+	assert_int_equal(prefix, 6);
+	/* Holes: rank 1's kv page 4; rank 0's (the only) mla page 3; rank
+	 * 1's swa page 1 (window 2: prefix 1 still needs only page 0). */
+	const struct {
+		unsigned rank;
+		int pool;
+		size_t page;
+		uint64_t want;
+	} holes[] = {{1, 0, 4, 0x1f}, {0, 2, 3, 0x0f}, {1, 1, 1, 0x03}};
+	for (size_t i = 0; i < 3; i++) {
+		host *hr = &h[holes[i].rank];
+		int pool = holes[i].pool == 0 ? hr->kv
+		           : holes[i].pool == 1 ? hr->swa
+		                                : hr->mla;
+		remove_page(s, hr, pool, &pg[holes[i].page]);
+		uint64_t both = rank_set(lk[0], pg, 6) & rank_set(lk[1], pg, 6);
+		assert_int_equal(prober_set(pr, pg, 6), both);
+		assert_int_equal(both, holes[i].want);
+	}
+	ASSERT_RC(pr, kvl_prober_lookup(pr, pg, 6, &prefix), KVL_OK);
+	assert_int_equal(prefix, 1);
+
+	/* Any rank's keys from one layout. */
+	char want[KVL_KEY_MAX], got[KVL_KEY_MAX];
+	kvl_shard r1 = {1, 2, 0, 1, 0, 1}, r0 = {0, 2, 0, 1, 0, 1};
+	assert_int_equal(kvl_layout_key(h[1].l, h[1].kv, &pg[0], want,
+	                                sizeof want),
+	                 KVL_OK);
+	ASSERT_RC(shp.l, kvl_layout_shard_key(shp.l, shp.kv, &r1, &pg[0], got,
+	                                      sizeof got),
+	          KVL_OK);
+	assert_string_equal(got, want);
+	ASSERT_RC(h[1].l, kvl_layout_shard_key(h[1].l, h[1].kv, &r0, &pg[0],
+	                                       got, sizeof got),
+	          KVL_OK);
+	assert_int_equal(kvl_layout_key(h[0].l, h[0].kv, &pg[0], want,
+	                                sizeof want),
+	                 KVL_OK);
+	assert_string_equal(got, want);
+	kvl_shard other = {0, 4, 0, 1, 0, 1}, beyond = {2, 2, 0, 1, 0, 1};
+	ASSERT_FAILS(shp.l, kvl_layout_shard_key(shp.l, shp.kv, &other,
+	                                         &pg[0], got, sizeof got),
+	             KVL_EINVAL, "not one of this layout's");
+	ASSERT_FAILS(shp.l, kvl_layout_shard_key(shp.l, shp.kv, &beyond,
+	                                         &pg[0], got, sizeof got),
+	             KVL_EINVAL, "not one of this layout's");
+	ASSERT_FAILS(shp.l, kvl_layout_shard_key(shp.l, shp.kv, &r1, &pg[0],
+	                                         got, 10),
+	             KVL_ERANGE, "buflen");
+	ASSERT_FAILS(shp.l, kvl_layout_shard_key(shp.l, shp.kv, NULL, &pg[0],
+	                                         got, sizeof got),
+	             KVL_EINVAL, "NULL");
+	kvl_prober_close(pr);
+	for (unsigned r = 0; r < 2; r++) {
+		kvl_linker_close(lk[r]);
+		host_free(&h[r]);
+	}
+	host_free(&shp);
+	kvl_store_close(s);
+}
+
+/* Two pipeline stages: one layout each; a page missing on either stage
+ * ends the prefix. */
+static void test_prober_stages(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok(STORE_URI);
+	host h[2], shp[2];
+	kvl_linker *lk[2];
+	kvl_hash pg[5];
+	make_pages(pg, 5, 43);
+	const kvl_layout *stages[2];
+	for (unsigned st = 0; st < 2; st++) {
+		hcfg cfg = {.shard = {0, 1, 0, 1, st, 2}};
+		host_init(&h[st], &cfg);
+		lk[st] = open_lk(&h[st], s, NULL);
+		req q;
+		req_init(&q, pg, 5);
+		req_pool(&q, h[st].kv, 0, 0);
+		fill_req(&h[st], &q);
+		expect_completion((kvl_completion[]){offload_sync(lk[st], 1,
+		                                                  &q)},
+		                  KVL_REQ_OFFLOAD, 0, 5, 5);
+		cfg.shapes = 1;
+		host_init(&shp[st], &cfg);
+		stages[1 - st] = shp[st].l; /* any order */
+	}
+	kvl_prober *pr = NULL;
+	char err[256] = "";
+	ASSERT_RC(err, kvl_prober_open(s, stages, 2, &pr, err, sizeof err),
+	          KVL_OK);
+	size_t prefix = 0;
+	ASSERT_RC(pr, kvl_prober_lookup(pr, pg, 5, &prefix), KVL_OK);
+	assert_int_equal(prefix, 5);
+	remove_page(s, &h[1], h[1].kv, &pg[3]);
+	ASSERT_RC(pr, kvl_prober_lookup(pr, pg, 5, &prefix), KVL_OK);
+	assert_int_equal(prefix, 3);
+	remove_page(s, &h[0], h[0].kv, &pg[1]);
+	ASSERT_RC(pr, kvl_prober_lookup(pr, pg, 5, &prefix), KVL_OK);
+	assert_int_equal(prefix, 1);
+	/* n_pages 0: the empty prefix (pages may be NULL). */
+	ASSERT_RC(pr, kvl_prober_lookup(pr, NULL, 0, &prefix), KVL_OK);
+	assert_int_equal(prefix, 0);
+
+	/* Bad stage lists. */
+	const kvl_layout *one[1] = {shp[0].l};
+	const kvl_layout *twice[2] = {shp[0].l, shp[0].l};
+	const kvl_layout *mixed[2] = {shp[0].l, h[0].l};
+	kvl_prober *bad = NULL;
+	ASSERT_FAILS(err, kvl_prober_open(s, one, 1, &bad, err, sizeof err),
+	             KVL_EINVAL, "one per stage");
+	ASSERT_FAILS(err, kvl_prober_open(s, twice, 2, &bad, err, sizeof err),
+	             KVL_EINVAL, "two layouts of pipeline stage 0");
+	ASSERT_FAILS(err, kvl_prober_open(s, NULL, 0, &bad, err, sizeof err),
+	             KVL_EINVAL, "no layouts");
+	ASSERT_FAILS(err, kvl_prober_open(NULL, one, 1, &bad, err, sizeof err),
+	             KVL_EINVAL, "NULL");
+	assert_null(bad);
+	/* A layout with memory is described just as well (only sizes are
+	 * read): stage 0 with memory, stage 1 of sizes. */
+	mixed[0] = h[0].l;
+	mixed[1] = shp[1].l;
+	ASSERT_RC(err, kvl_prober_open(s, mixed, 2, &bad, err, sizeof err),
+	          KVL_OK);
+	ASSERT_RC(bad, kvl_prober_lookup(bad, pg, 5, &prefix), KVL_OK);
+	assert_int_equal(prefix, 1);
+	kvl_prober_close(bad);
+	kvl_prober_close(pr);
+	for (unsigned st = 0; st < 2; st++) {
+		kvl_linker_close(lk[st]);
+		host_free(&h[st]);
+		host_free(&shp[st]);
+	}
+	kvl_store_close(s);
+}
+
+/* A prober's failures: a store that cannot answer is not a miss; bad
+ * arguments. */
+static void test_prober_failures(void **state)
+{
+	(void)state;
+	NEED_FAULT_STORE();
+	kvl_store *s = open_ok(store_uri("fault+", NULL));
+	host shp;
+	hcfg cfg = {.shapes = 1};
+	host_init(&shp, &cfg);
+	const kvl_layout *stages[1] = {shp.l};
+	kvl_prober *pr = NULL;
+	char err[256] = "";
+	ASSERT_RC(err, kvl_prober_open(s, stages, 1, &pr, err, sizeof err),
+	          KVL_OK);
+	kvl_hash pg[70];
+	make_pages(pg, 4, 44);
+	for (size_t i = 4; i < 70; i++)
+		memset(pg[i].bytes, (int)i, sizeof pg[i].bytes);
+	uint64_t bits[2] = {42, 42};
+	size_t prefix = 9;
+	fault_down(s, 1);
+	ASSERT_FAILS(pr, kvl_prober_lookup_set(pr, pg, 4, bits, 2), KVL_EIO,
+	             "store");
+	assert_int_equal(bits[0], 1);
+	ASSERT_FAILS(pr, kvl_prober_lookup(pr, pg, 4, &prefix), KVL_EIO,
+	             "store");
+	assert_int_equal(prefix, 0);
+	fault_down(s, 0);
+	bits[0] = 42;
+	ASSERT_FAILS(pr, kvl_prober_lookup_set(pr, pg, 70, bits, 1),
+	             KVL_ERANGE, "bitmap words");
+	assert_int_equal(bits[0], 42);
+	ASSERT_RC(pr, kvl_prober_lookup_set(pr, pg, 70, bits, 2), KVL_OK);
+	assert_int_equal(bits[0], 1);
+	assert_int_equal(bits[1], 0);
+	ASSERT_FAILS(pr, kvl_prober_lookup_set(pr, pg, 4, NULL, 1), KVL_EINVAL,
+	             "bits is NULL");
+	ASSERT_FAILS(pr, kvl_prober_lookup_set(pr, NULL, 4, bits, 1),
+	             KVL_EINVAL, "pages is NULL");
+	ASSERT_FAILS(pr, kvl_prober_lookup(pr, pg, 4, NULL), KVL_EINVAL,
+	             "prefix_out");
+	assert_int_equal(kvl_prober_lookup(NULL, pg, 4, &prefix), KVL_EINVAL);
+	assert_string_equal(kvl_prober_errmsg(NULL), "prober is NULL");
+	kvl_prober_close(pr);
+	kvl_prober_close(NULL);
+	/* No linker, and no page I/O, over a layout of sizes only. */
+	kvl_linker *lk = NULL;
+	ASSERT_FAILS(err, kvl_linker_open(s, shp.l, NULL, &lk, err,
+	                                  sizeof err),
+	             KVL_EINVAL, "sizes only");
+	assert_null(lk);
+	size_t slot = 0;
+	int res = 0;
+	ASSERT_FAILS(s, kvl_pages_put(s, shp.l, shp.kv, pg, &slot, 1, &res),
+	             KVL_EINVAL, "sizes only");
+	ASSERT_FAILS(s, kvl_pages_get(s, shp.l, shp.kv, pg, &slot, 1,
+	                              KVL_ALL_LAYERS, &res),
+	             KVL_EINVAL, "sizes only");
+	assert_int_equal(kvl_pages_exists(s, shp.l, shp.kv, pg, 1, &res),
+	                 KVL_OK);
+	host_free(&shp);
+	kvl_store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -494,6 +751,9 @@ int main(void)
 		cmocka_unit_test_setup(test_lookup_namespace, next_test),
 		cmocka_unit_test_setup(test_lookup_ranks, next_test),
 		cmocka_unit_test_setup(test_lookup_rank_down, next_test),
+		cmocka_unit_test_setup(test_prober_ranks, next_test),
+		cmocka_unit_test_setup(test_prober_stages, next_test),
+		cmocka_unit_test_setup(test_prober_failures, next_test),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

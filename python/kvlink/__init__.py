@@ -11,6 +11,8 @@ Python bindings (ctypes) over libkvlink's C API (include/kvlink.h):
   :func:`redact_uri` to show a URI without its password;
 - :class:`Linker` — lookup, layer-wise load/start/wait (CPU or CUDA stream),
   offload (after a CUDA event too), flush, poll, stats;
+- :class:`Prober` — which prefixes every rank can restore, from the store
+  alone (a scheduler, router or proxy without the ranks' buffers);
 - :class:`KvlinkError` and its subclasses — every failure, with kvlink's
   message.
 
@@ -32,6 +34,7 @@ from .hashes import hash_from_hex, hash_hex, hash_pages, namespace_seed, \
     sglang_namespace_seed
 from .layout import HitPolicy, Layout, MemKind, PoolInfo, Shard
 from .linker import (NO_SLOT, Completion, Linker, RankGroup, RequestKind)
+from .prober import Prober
 from .store import Store, mem_policy_names, parse_size, redact_uri
 
 #: The loaded library's version (kvl_version()), "MAJOR.MINOR.PATCH".
@@ -78,7 +81,7 @@ __all__ = [
     "hash_from_hex",
     "Layout", "Shard", "MemKind", "HitPolicy", "PoolInfo",
     "Store", "parse_size", "mem_policy_names", "redact_uri",
-    "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT",
+    "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT", "Prober",
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
     "Closed", "NotSupported", "ParseError", "PermissionDenied", "StateError",

@@ -141,10 +141,15 @@ class kvl_rank_group(_Opaque):
     pass
 
 
+class kvl_prober(_Opaque):
+    pass
+
+
 LayoutP = POINTER(kvl_layout)
 StoreP = POINTER(kvl_store)
 LinkerP = POINTER(kvl_linker)
 RankGroupP = POINTER(kvl_rank_group)
+ProberP = POINTER(kvl_prober)
 HashP = POINTER(kvl_hash)
 SizeTPP = POINTER(POINTER(c_size_t))
 c_int_p = POINTER(c_int)
@@ -201,6 +206,17 @@ _PROTOTYPES = {
     "kvl_layout_add_pool": (c_int, [LayoutP, c_char_p, c_int, c_uint32,
                                     c_uint32, c_int_p]),
     "kvl_layout_pool_format": (c_int, [LayoutP, c_int, c_char_p, c_char_p]),
+    "kvl_layout_add_shape": (c_int, [LayoutP, c_int, c_char_p, c_uint32,
+                                     c_size_t]),
+    "kvl_layout_shard_key": (c_int, [LayoutP, c_int, POINTER(kvl_shard),
+                                     HashP, c_char_p, c_size_t]),
+    "kvl_prober_open": (c_int, [StoreP, POINTER(LayoutP), c_size_t,
+                                POINTER(ProberP), c_char_p, c_size_t]),
+    "kvl_prober_lookup_set": (c_int, [ProberP, HashP, c_size_t,
+                                      POINTER(c_uint64), c_size_t]),
+    "kvl_prober_lookup": (c_int, [ProberP, HashP, c_size_t, c_size_t_p]),
+    "kvl_prober_errmsg": (c_char_p, [ProberP]),
+    "kvl_prober_close": (None, [ProberP]),
     "kvl_layout_add_buffer": (c_int, [LayoutP, c_int, c_char_p, c_uint32,
                                       POINTER(kvl_buffer)]),
     "kvl_layout_finalize": (c_int, [LayoutP]),

@@ -67,7 +67,7 @@ class SharedHandle(Closable):
             if busy:
                 raise StateError(_lib.KVL_ESTATE,
                                  f"{self._what} is used by {busy} open "
-                                 f"linker(s); close them first")
+                                 f"linker(s) or prober(s); close them first")
 
         def free():
             if self._h:

@@ -253,6 +253,19 @@ class Layout(SharedHandle):
         if keep is not None:
             self._keep.append(keep)
 
+    @guarded
+    def add_shape(self, pool: PoolRef, component: str, layer: int,
+                  page_bytes: int) -> None:
+        """Describes one component of one layer by its size only: a layout
+        of shapes names pages and keys as the same layout with memory does,
+        for a process without the engine's buffers (a :class:`Prober`); no
+        linker opens on it. A layout is all shapes or all memory."""
+        self._check(lib.kvl_layout_add_shape(
+            self._handle, self.pool_ref(pool),
+            c_text(component, "add_shape: component"),
+            c_int(layer, "uint32_t", "add_shape: layer"),
+            c_int(page_bytes, "size_t", "add_shape: page_bytes")))
+
     def add_array(self, pool: PoolRef, component: str, layer: int,
                   array: Any, *, tokens: bool = False) -> None:
         """Describes one component of one layer from an array or tensor
@@ -491,16 +504,27 @@ class Layout(SharedHandle):
         return buf.value.decode()
 
     @guarded
-    def key(self, pool: PoolRef, page: HashLike) -> str:
-        """The store key of ``page`` in ``pool`` for this layout's shard:
-        where a linker stores that page. A tenant's pages are the hashes of
-        its namespace (``hash_pages(tokens, page_size,
+    def key(self, pool: PoolRef, page: HashLike,
+            shard: Optional[Shard] = None) -> str:
+        """The store key of ``page`` in ``pool`` for this layout's shard
+        (or another rank ``shard`` of the same sizes): where that rank's
+        linker stores that page. A tenant's pages are the hashes of its
+        namespace (``hash_pages(tokens, page_size,
         prior=namespace_seed(...))``), so their keys are those hashes'."""
         buf = ctypes.create_string_buffer(_lib.KVL_KEY_MAX)
-        self._check(lib.kvl_layout_key(
-            self._handle, self.pool_ref(pool),
-            ctypes.byref(kvl_hash.from_buffer_copy(_one_hash(page, "page"))),
-            buf, len(buf)))
+        page_c = ctypes.byref(kvl_hash.from_buffer_copy(_one_hash(page,
+                                                                  "page")))
+        if shard is None:
+            self._check(lib.kvl_layout_key(self._handle, self.pool_ref(pool),
+                                           page_c, buf, len(buf)))
+        else:
+            if not isinstance(shard, Shard):
+                raise TypeError(f"key: shard must be a kvlink.Shard, got "
+                                f"{type(shard).__name__}")
+            sh = shard._c()
+            self._check(lib.kvl_layout_shard_key(
+                self._handle, self.pool_ref(pool), ctypes.byref(sh), page_c,
+                buf, len(buf)))
         return buf.value.decode()
 
     # ----------------------------------------------------------- lifetime

@@ -34,8 +34,9 @@ def kv_pool(fill=0.0, dtype=np.float32, seed=None):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
-def kv_layout(pool, tag="pytest/f32", page_size=PAGE_SIZE, dims="LCP"):
-    lay = kvl.Layout(tag, page_size)
+def kv_layout(pool, tag="pytest/f32", page_size=PAGE_SIZE, dims="LCP",
+              shard=None):
+    lay = kvl.Layout(tag, page_size, shard=shard)
     lay.add_kv_cache(pool, dims)
     return lay.finalize()
 

@@ -531,3 +531,61 @@ def test_old_namespace_arguments_refused(engines):
     with pytest.raises(TypeError):
         src.lk.offload(1, pages, [0, 1], seed)
     assert dst.lk.poll() == [] and src.lk.poll() == []  # nothing accepted
+
+
+def test_prober_sees_every_rank(store):
+    """A Prober over a layout of sizes only answers what all tp ranks can
+    restore; Layout.key(shard=) names any rank's objects."""
+    pages = kvl.hash_pages(tokens(5, seed=60), PAGE_SIZE)
+    ranks = []
+    for r in range(2):
+        lay = kv_layout(kv_pool(seed=r + 1), shard=kvl.Shard(tp_rank=r,
+                                                             tp_size=2))
+        lk = kvl.Linker(lay, store)
+        assert offload_sync(lk, 1, pages, range(5)).ok
+        ranks.append(lk)
+    # The same sizes, no memory: one k and one v shape per layer.
+    shapes = kvl.Layout("pytest/f32", PAGE_SIZE,
+                        shard=kvl.Shard(tp_size=2))
+    ref = ranks[0].layout
+    pid = shapes.add_pool("kv")
+    for layer in ref.pool_layers("kv"):
+        pieces = ref.page_pieces("kv", 0, layer)  # k, then v
+        for comp, (_, n) in zip(("k", "v"), pieces):
+            shapes.add_shape(pid, comp, layer, n)
+    shapes.finalize()
+    assert shapes.fingerprint("kv") == ref.fingerprint("kv")
+    with pytest.raises(kvl.InvalidArgument, match="sizes only"):
+        kvl.Linker(shapes, store)
+    with kvl.Prober(store, [shapes]) as pr:
+        assert pr.lookup(pages) == 5
+        assert pr.lookup_set(pages) == {0, 1, 2, 3, 4, 5}
+        key = shapes.key("kv", pages[3], shard=kvl.Shard(tp_rank=1,
+                                                         tp_size=2))
+        assert key == ranks[1].layout.key("kv", pages[3])
+        store.remove(key)
+        assert pr.lookup(pages) == 3
+        assert ranks[0].lookup(pages) == 5  # rank 0 alone still has them
+        with pytest.raises(kvl.StateError, match="close them first"):
+            shapes.close()
+        with pytest.raises(kvl.InvalidArgument, match="not one of"):
+            shapes.key("kv", pages[0], shard=kvl.Shard(tp_size=4))
+    assert pr.closed
+    with pytest.raises(kvl.StateError, match="closed"):
+        pr.lookup(pages)
+    with pytest.raises(kvl.InvalidArgument, match="one per stage"):
+        kvl.Prober(store, [shapes_pp2()])
+    with pytest.raises(kvl.InvalidArgument, match="no layouts"):
+        kvl.Prober(store, [])
+    with pytest.raises(kvl.StoreIOError):
+        kvl.Prober(kvl.Store("fault+mem:?fault.down=1"),
+                   [shapes]).lookup(pages)
+    for lk in ranks:
+        lk.close()
+
+
+def shapes_pp2():
+    """Stage 0 of a two-stage model, of sizes only."""
+    lay = kvl.Layout("pytest/pp", PAGE_SIZE, shard=kvl.Shard(pp_size=2))
+    lay.add_shape(lay.add_pool("kv"), "k", 0, 64)
+    return lay.finalize()

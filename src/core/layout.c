@@ -183,37 +183,77 @@ int kvl_layout_pool_format(kvl_layout *l, int pool, const char *dtype,
 	return 0;
 }
 
-int kvl_layout_add_buffer(kvl_layout *l, int pool, const char *component,
-                          uint32_t layer, const kvl_buffer *buf)
+/* Checks the pool, component and layer of a buffer or shape about to be
+ * added: 0, with *p_out the pool, or the error. */
+static int check_target(kvl_layout *l, const char *op, int pool,
+                        const char *component, uint32_t layer,
+                        kvl__pool **p_out)
 {
-	if (!l)
-		return KVL_EINVAL;
 	if (l->finalized)
-		return kvl__fail(&l->err, KVL_ESTATE,
-		                 "add_buffer: layout is finalized");
+		return kvl__fail(&l->err, KVL_ESTATE, "%s: layout is finalized",
+		                 op);
 	if (pool < 0 || (size_t)pool >= l->n_pools)
 		return kvl__fail(&l->err, KVL_ENOTFOUND,
-		                 "add_buffer: unknown pool id %d", pool);
+		                 "%s: unknown pool id %d", op, pool);
 	kvl__pool *p = &l->pools[pool];
 	if (!kvl__name_ok(component, NAME_CHARS))
 		return kvl__fail(&l->err, KVL_EINVAL,
-		                 "add_buffer '%s': component name must be 1..%d "
+		                 "%s '%s': component name must be 1..%d "
 		                 "characters from [A-Za-z0-9._-]",
-		                 p->name, KVL_NAME_MAX);
-	const char *where = component;
+		                 op, p->name, KVL_NAME_MAX);
 	/* KVL_ALL_LAYERS names every layer in queries, so it cannot be one;
 	 * finalize sizes its layer index by the largest layer + 1, so layer
 	 * numbers are bounded (KVL_MAX_LAYER: a 4 MiB index at most). */
 	if (layer == KVL_ALL_LAYERS)
 		return kvl__fail(&l->err, KVL_EINVAL,
-		                 "add_buffer %s/%s: layer %u is KVL_ALL_LAYERS, "
-		                 "not a layer",
-		                 p->name, where, layer);
+		                 "%s %s/%s: layer %u is KVL_ALL_LAYERS, not a "
+		                 "layer",
+		                 op, p->name, component, layer);
 	if (layer > KVL_MAX_LAYER)
 		return kvl__fail(&l->err, KVL_EINVAL,
-		                 "add_buffer %s/%s: layer %u is above "
-		                 "KVL_MAX_LAYER (%u)",
-		                 p->name, where, layer, (unsigned)KVL_MAX_LAYER);
+		                 "%s %s/%s: layer %u is above KVL_MAX_LAYER (%u)",
+		                 op, p->name, component, layer,
+		                 (unsigned)KVL_MAX_LAYER);
+	*p_out = p;
+	return 0;
+}
+
+/* Appends a checked buffer to pool p. */
+static int append_buf(kvl_layout *l, const char *op, kvl__pool *p,
+                      const char *component, uint32_t layer,
+                      const kvl_buffer *buf)
+{
+	uint32_t comp;
+	if (comp_index(p, component, &comp))
+		return kvl__fail(&l->err, KVL_ENOMEM, "out of memory");
+	for (size_t i = 0; i < p->n_bufs; i++)
+		if (p->bufs[i].comp == comp && p->bufs[i].layer == layer)
+			return kvl__fail(&l->err, KVL_EEXIST,
+			                 "%s %s/%s layer %u: already described", op,
+			                 p->name, component, layer);
+	if (p->n_bufs == p->cap_bufs) {
+		size_t cap = p->cap_bufs ? 2 * p->cap_bufs : 16;
+		kvl__buf *nb = realloc(p->bufs, cap * sizeof *nb);
+		if (!nb)
+			return kvl__fail(&l->err, KVL_ENOMEM, "out of memory");
+		p->bufs = nb;
+		p->cap_bufs = cap;
+	}
+	p->bufs[p->n_bufs++] = (kvl__buf){.comp = comp, .layer = layer,
+	                                   .b = *buf};
+	return 0;
+}
+
+int kvl_layout_add_buffer(kvl_layout *l, int pool, const char *component,
+                          uint32_t layer, const kvl_buffer *buf)
+{
+	if (!l)
+		return KVL_EINVAL;
+	kvl__pool *p = NULL;
+	int rc = check_target(l, "add_buffer", pool, component, layer, &p);
+	if (rc)
+		return rc;
+	const char *where = component;
 	if (!buf)
 		return kvl__fail(&l->err, KVL_EINVAL,
 		                 "add_buffer %s/%s layer %u: buf is NULL", p->name,
@@ -267,26 +307,41 @@ int kvl_layout_add_buffer(kvl_layout *l, int pool, const char *component,
 		                 "from the pool's other buffers (%zu)",
 		                 p->name, where, layer, buf->num_pages,
 		                 p->bufs[0].b.num_pages);
-	uint32_t comp;
-	if (comp_index(p, component, &comp))
-		return kvl__fail(&l->err, KVL_ENOMEM, "out of memory");
-	for (size_t i = 0; i < p->n_bufs; i++)
-		if (p->bufs[i].comp == comp && p->bufs[i].layer == layer)
-			return kvl__fail(&l->err, KVL_EEXIST,
-			                 "add_buffer %s/%s layer %u: already "
-			                 "described",
-			                 p->name, where, layer);
-	if (p->n_bufs == p->cap_bufs) {
-		size_t cap = p->cap_bufs ? 2 * p->cap_bufs : 16;
-		kvl__buf *nb = realloc(p->bufs, cap * sizeof *nb);
-		if (!nb)
-			return kvl__fail(&l->err, KVL_ENOMEM, "out of memory");
-		p->bufs = nb;
-		p->cap_bufs = cap;
-	}
-	p->bufs[p->n_bufs++] = (kvl__buf){.comp = comp, .layer = layer,
-	                                   .b = *buf};
-	return 0;
+	return append_buf(l, "add_buffer", p, component, layer, buf);
+}
+
+int kvl_layout_add_shape(kvl_layout *l, int pool, const char *component,
+                         uint32_t layer, size_t page_bytes)
+{
+	if (!l)
+		return KVL_EINVAL;
+	kvl__pool *p = NULL;
+	int rc = check_target(l, "add_shape", pool, component, layer, &p);
+	if (rc)
+		return rc;
+	if (page_bytes == 0)
+		return kvl__fail(&l->err, KVL_EINVAL,
+		                 "add_shape %s/%s layer %u: page_bytes is 0",
+		                 p->name, component, layer);
+	/* One slot of no memory: only its size is ever read. */
+	kvl_buffer b = {.base = NULL, .page_stride = page_bytes,
+	                .page_bytes = page_bytes, .num_pages = 1,
+	                .mem = KVL_MEM_HOST, .device = 0};
+	rc = append_buf(l, "add_shape", p, component, layer, &b);
+	if (rc == 0)
+		l->n_shapes++;
+	return rc;
+}
+
+int kvl__layout_needs_memory(const kvl_layout *l, kvl__err *err,
+                             const char *op)
+{
+	if (!l->n_shapes)
+		return 0;
+	return kvl__fail(err, KVL_EINVAL,
+	                 "%s: the layout describes sizes only "
+	                 "(kvl_layout_add_shape), no memory",
+	                 op);
 }
 
 /* Do the slots of two strided buffers share a byte? Exact when the strides
@@ -294,6 +349,8 @@ int kvl_layout_add_buffer(kvl_layout *l, int pool, const char *component,
  * the two extents counts. */
 static int buffers_overlap(const kvl_buffer *a, const kvl_buffer *b)
 {
+	if (!a->base || !b->base) /* shapes (kvl_layout_add_shape) */
+		return 0;
 	if (a->mem != b->mem || (a->mem == KVL_MEM_CUDA && a->device != b->device))
 		return 0;
 	uintptr_t a0 = (uintptr_t)a->base, b0 = (uintptr_t)b->base;
@@ -394,6 +451,15 @@ static int layout_fingerprint(kvl_layout *l)
 	return 0;
 }
 
+size_t kvl__pool_suffix(const kvl__pool *p, const kvl_shard *s, char *buf)
+{
+	if (p->flags & KVL_POOL_REPLICATED_TP)
+		return (size_t)snprintf(buf, KVL_KEY_MAX, ":%s:cp%u_pp%u",
+		                        p->name, s->cp_rank, s->pp_rank);
+	return (size_t)snprintf(buf, KVL_KEY_MAX, ":%s:tp%u_cp%u_pp%u",
+	                        p->name, s->tp_rank, s->cp_rank, s->pp_rank);
+}
+
 static void pool_keys(const kvl_layout *l, kvl__pool *p)
 {
 	char fp[2 * KVL__FP_BYTES + 1];
@@ -401,15 +467,7 @@ static void pool_keys(const kvl_layout *l, kvl__pool *p)
 	fp[2 * KVL__FP_BYTES] = '\0';
 	p->key_prefix_len = (size_t)snprintf(p->key_prefix, KVL_KEY_MAX,
 	                                     "kvl1:%s:%s:", l->tag, fp);
-	if (p->flags & KVL_POOL_REPLICATED_TP)
-		p->key_suffix_len = (size_t)snprintf(
-			p->key_suffix, KVL_KEY_MAX, ":%s:cp%u_pp%u", p->name,
-			l->shard.cp_rank, l->shard.pp_rank);
-	else
-		p->key_suffix_len = (size_t)snprintf(
-			p->key_suffix, KVL_KEY_MAX, ":%s:tp%u_cp%u_pp%u",
-			p->name, l->shard.tp_rank, l->shard.cp_rank,
-			l->shard.pp_rank);
+	p->key_suffix_len = kvl__pool_suffix(p, &l->shard, p->key_suffix);
 }
 
 /* The fingerprint object headers carry (see kvl__pool.obj_fp): the pool
@@ -542,6 +600,15 @@ int kvl_layout_finalize(kvl_layout *l)
 			return kvl__fail(&l->err, KVL_EINVAL,
 			                 "finalize: pool '%s' has no buffers",
 			                 l->pools[i].name);
+	size_t n_bufs = 0;
+	for (size_t i = 0; i < l->n_pools; i++)
+		n_bufs += l->pools[i].n_bufs;
+	if (l->n_shapes && l->n_shapes != n_bufs)
+		return kvl__fail(&l->err, KVL_EINVAL,
+		                 "finalize: %zu components described by size "
+		                 "only and %zu with memory: a layout is one or "
+		                 "the other",
+		                 l->n_shapes, n_bufs - l->n_shapes);
 	int rc = check_overlaps(l);
 	for (size_t i = 0; i < l->n_pools && rc == 0; i++) {
 		kvl__pool *p = &l->pools[i];
@@ -710,6 +777,10 @@ int kvl_layout_page_pieces(const kvl_layout *l, int pool, size_t slot,
 	GET_POOL(l, pool);
 	if (!n_out || (cap && !pieces))
 		return null_arg(l, "page_pieces", !n_out ? "n_out" : "pieces");
+	int rc = kvl__layout_needs_memory(l, (kvl__err *)&l->err,
+	                                  "page_pieces");
+	if (rc)
+		return rc;
 	if (slot >= p->num_pages)
 		return kvl__fail((kvl__err *)&l->err, KVL_ERANGE,
 		                 "pool '%s': slot %zu out of range (%zu slots)",
@@ -761,15 +832,55 @@ int kvl_layout_fingerprint(const kvl_layout *l, int pool, char *hex,
 	return 0;
 }
 
-size_t kvl__pool_key(const kvl__pool *p, const kvl_hash *page, char *buf)
+size_t kvl__pool_key_with(const kvl__pool *p, const char *suffix,
+                          size_t suffix_len, const kvl_hash *page, char *buf)
 {
 	char *o = buf;
 	memcpy(o, p->key_prefix, p->key_prefix_len);
 	o += p->key_prefix_len;
 	kvl__hex(page->bytes, KVL_HASH_BYTES, o);
 	o += 2 * KVL_HASH_BYTES;
-	memcpy(o, p->key_suffix, p->key_suffix_len + 1);
-	return p->key_prefix_len + 2 * KVL_HASH_BYTES + p->key_suffix_len;
+	memcpy(o, suffix, suffix_len + 1);
+	return p->key_prefix_len + 2 * KVL_HASH_BYTES + suffix_len;
+}
+
+size_t kvl__pool_key(const kvl__pool *p, const kvl_hash *page, char *buf)
+{
+	return kvl__pool_key_with(p, p->key_suffix, p->key_suffix_len, page,
+	                          buf);
+}
+
+int kvl__shard_of_layout(const kvl_layout *l, const kvl_shard *s)
+{
+	return s->tp_size == l->shard.tp_size && s->cp_size == l->shard.cp_size &&
+	       s->pp_size == l->shard.pp_size && s->tp_rank < s->tp_size &&
+	       s->cp_rank < s->cp_size && s->pp_rank < s->pp_size;
+}
+
+int kvl_layout_shard_key(const kvl_layout *l, int pool, const kvl_shard *shard,
+                         const kvl_hash *page, char *buf, size_t buflen)
+{
+	GET_POOL(l, pool);
+	if (!shard || !page || !buf)
+		return kvl__fail((kvl__err *)&l->err, KVL_EINVAL,
+		                 "shard_key: shard, page or buf is NULL");
+	if (!kvl__shard_of_layout(l, shard))
+		return kvl__fail((kvl__err *)&l->err, KVL_EINVAL,
+		                 "shard_key: shard tp %u/%u cp %u/%u pp %u/%u is "
+		                 "not one of this layout's (sizes tp %u, cp %u, "
+		                 "pp %u)",
+		                 shard->tp_rank, shard->tp_size, shard->cp_rank,
+		                 shard->cp_size, shard->pp_rank, shard->pp_size,
+		                 l->shard.tp_size, l->shard.cp_size,
+		                 l->shard.pp_size);
+	char suffix[KVL_KEY_MAX];
+	size_t slen = kvl__pool_suffix(p, shard, suffix);
+	size_t need = p->key_prefix_len + 2 * KVL_HASH_BYTES + slen + 1;
+	if (buflen < need)
+		return kvl__fail((kvl__err *)&l->err, KVL_ERANGE,
+		                 "shard_key: buflen %zu < %zu", buflen, need);
+	kvl__pool_key_with(p, suffix, slen, page, buf);
+	return 0;
 }
 
 int kvl_layout_key(const kvl_layout *l, int pool, const kvl_hash *page,

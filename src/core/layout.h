@@ -66,9 +66,15 @@ struct kvl_layout {
 	kvl__pool *pools;
 	size_t n_pools, cap_pools;
 	int finalized;
+	size_t n_shapes; /* components added by size only (kvl_layout_add_shape) */
 	uint8_t fp[KVL__FP_BYTES]; /* of the whole layout */
 	kvl__err err;
 };
+
+/* KVL_EINVAL, with the message of every call that needs a layout's memory,
+ * when `layout` describes sizes only; else 0. */
+int kvl__layout_needs_memory(const kvl_layout *layout, kvl__err *err,
+                             const char *op);
 
 /* The finalized pool `pool`, or NULL (with a message in layout->err) when
  * the layout is not finalized or the id is unknown; *code gets the error. */
@@ -77,6 +83,18 @@ const kvl__pool *kvl__layout_pool(const kvl_layout *layout, int pool,
 
 /* Writes the key of `page` for pool `p` into buf (KVL_KEY_MAX bytes). */
 size_t kvl__pool_key(const kvl__pool *p, const kvl_hash *page, char *buf);
+
+/* The key suffix (":<pool>:<shard>") of pool p for shard s, into buf
+ * (KVL_KEY_MAX bytes); its length. */
+size_t kvl__pool_suffix(const kvl__pool *p, const kvl_shard *s, char *buf);
+
+/* kvl__pool_key with another shard's suffix (kvl__pool_suffix). */
+size_t kvl__pool_key_with(const kvl__pool *p, const char *suffix,
+                          size_t suffix_len, const kvl_hash *page, char *buf);
+
+/* 1 when shard s is one of layout l's ranks: the same sizes, ranks below
+ * them. */
+int kvl__shard_of_layout(const kvl_layout *l, const kvl_shard *s);
 
 /* The address of slot `slot` of buffer `b`. */
 static inline void *kvl__slot_at(const kvl_buffer *b, size_t slot)

@@ -80,6 +80,12 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 	if (!layout->finalized)
 		return kvl__fail_buf(errbuf, errlen, KVL_EINVAL,
 		                     "layout is not finalized");
+	if (layout->n_shapes)
+		return kvl__fail_buf(errbuf, errlen, KVL_EINVAL,
+		                     "the layout describes sizes only "
+		                     "(kvl_layout_add_shape): a linker needs the "
+		                     "pools' memory; kvl_prober_open asks what "
+		                     "exists without it");
 	kvl_linker_opts o = {0};
 	if (opts) {
 		if (opts->struct_size == 0 || opts->struct_size > sizeof o)

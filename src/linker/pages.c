@@ -106,6 +106,9 @@ int kvl_pages_put(kvl_store *store, const kvl_layout *layout, int pool,
 	if (!slots)
 		return kvl__fail(kvl__store_errp(store), KVL_EINVAL, "pages_put: slots is "
 		                 "NULL");
+	if ((rc = kvl__layout_needs_memory(layout, kvl__store_errp(store),
+	                                   "pages_put")))
+		return rc;
 	scratch s;
 	size_t per_page = 1 + p->max_pieces;
 	if (scratch_alloc(&s, n, p->header_size, sizeof(kvl_iov), per_page))
@@ -156,6 +159,9 @@ int kvl_pages_get(kvl_store *store, const kvl_layout *layout, int pool,
 	if (!slots)
 		return kvl__fail(kvl__store_errp(store), KVL_EINVAL, "pages_get: slots is "
 		                 "NULL");
+	if ((rc = kvl__layout_needs_memory(layout, kvl__store_errp(store),
+	                                   "pages_get")))
+		return rc;
 	const kvl__layer *ly = NULL;
 	if (layer != KVL_ALL_LAYERS && !(ly = kvl__pool_layer(p, layer)))
 		return kvl__fail(kvl__store_errp(store), KVL_ENOTFOUND,

@@ -65,6 +65,8 @@ const char *kvl__test_str(const char *s);
 		const kvl_store *: kvl_store_errmsg,                       \
 		kvl_layout *: kvl_layout_errmsg,                           \
 		const kvl_layout *: kvl_layout_errmsg,                     \
+		kvl_prober *: kvl_prober_errmsg,                           \
+		const kvl_prober *: kvl_prober_errmsg,                     \
 		char *: kvl__test_str,                                     \
 		const char *: kvl__test_str)(h)
 

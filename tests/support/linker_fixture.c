@@ -46,6 +46,7 @@ void host_init2(host *h, const hcfg *cfg, int unfinalized)
 		.kv_mem = cfg && cfg->cuda ? KVL_MEM_CUDA : KVL_MEM_HOST,
 		.fill = FILL,
 		.unfinalized = unfinalized,
+		.shapes = cfg && cfg->shapes,
 	};
 	pools_init(h, &sh);
 }

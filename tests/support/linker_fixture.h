@@ -62,6 +62,7 @@ typedef struct hcfg {
 	int mla;             /* add replicated pool "mla" */
 	int cuda;            /* describe "kv" as CUDA memory */
 	kvl_shard shard;     /* all zero: a single rank */
+	int shapes;          /* the layout describes sizes only (a prober's) */
 } hcfg;
 
 /* One engine's memory, its layout and its buffers (pools.h). */

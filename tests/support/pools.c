@@ -17,8 +17,14 @@ static void add_buf(pools *p, const pools_shape *sh, int pool,
 	                .page_bytes = bytes, .num_pages = sh->slots,
 	                .mem = pool == p->kv ? sh->kv_mem : KVL_MEM_HOST,
 	                .device = 0};
-	ASSERT_RC(p->l, kvl_layout_add_buffer(p->l, pool, comp, layer, &b),
-	          KVL_OK);
+	if (sh->shapes)
+		ASSERT_RC(p->l, kvl_layout_add_shape(p->l, pool, comp, layer,
+		                                     bytes),
+		          KVL_OK);
+	else
+		ASSERT_RC(p->l, kvl_layout_add_buffer(p->l, pool, comp, layer,
+		                                      &b),
+		          KVL_OK);
 	ASSERT_TRUE(p->n_bufs < POOLS_MAX_BUFS);
 	p->bufs[p->n_bufs++] = (page_buf){.pool = pool, .layer = layer,
 	                                  .comp = comp_i, .base = base,

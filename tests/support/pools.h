@@ -37,6 +37,7 @@ typedef struct pools_shape {
 	kvl_mem_kind kv_mem;    /* what kv's buffers say they are */
 	uint8_t fill;           /* what the memory holds at first */
 	int unfinalized;        /* leave the layout open */
+	int shapes;             /* describe sizes only (kvl_layout_add_shape) */
 } pools_shape;
 
 typedef struct pools {
