@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import _sglang_pools as pools
-from .errors import KvlinkError, StoreIOError, Timeout
+from ._engine import StoreLink, Warnings, check_numbers, config
+from .errors import KvlinkError
 from .layout import Layout, MemKind
 from .linker import NO_SLOT, Linker
-from .store import Store, redact_uri
 
 try:
     import numpy as _np
@@ -165,22 +165,11 @@ class _KvlinkLinker:
                  extra_config: Optional[Dict[str, Any]] = None):
         if _np is None:  # pragma: no cover
             raise ImportError("kvlink.sglang needs numpy")
-        cfg = dict(extra_config or {})
-        unknown = sorted(set(cfg) - set(DEFAULTS))
-        if unknown:
-            raise ValueError(f"kvlink.sglang: unknown linker_extra_config "
-                             f"keys {unknown} (known: {sorted(DEFAULTS)})")
-        self._cfg = {**DEFAULTS, **cfg}
-        for key in ("load_timeout_s", "reconnect_s", "max_requests",
-                    "io_batch"):
-            try:
-                value = float(self._cfg[key])
-            except (TypeError, ValueError):
-                value = -1.0
-            if not value >= 0:
-                raise ValueError(f"kvlink.sglang: linker_extra_config "
-                                 f"{key} must be a number >= 0, got "
-                                 f"{self._cfg[key]!r}")
+        self._cfg = config(extra_config, DEFAULTS,
+                           "kvlink.sglang: linker_extra_config")
+        check_numbers(self._cfg, ("load_timeout_s", "reconnect_s",
+                                  "max_requests", "io_batch"),
+                      "kvlink.sglang: linker_extra_config")
         self.page_size = int(params.page_size)
         kvcache = params.token_to_kv_pool_allocator.get_kvcache()
         specs = pools.pool_specs(kvcache, params,
@@ -206,11 +195,14 @@ class _KvlinkLinker:
         #: SGLang's completions carry no status).
         self.failed_loads: Dict[str, Any] = {}
         self.stats: Dict[str, int] = collections.Counter()
-        self._warned: Dict[str, float] = {}
-        self._lk: Optional[Linker] = None
-        self._store: Optional[Store] = None
-        self._retry_at = 0.0
+        self._warn = Warnings(log)
         self.layer_done_counter = LayerDoneCounter(self)
+        self._link = StoreLink(
+            self._cfg["store"], self._cfg["reconnect_s"],
+            lambda store: Linker(self.layout, store,
+                                 max_requests=int(self._cfg["max_requests"]),
+                                 io_batch=int(self._cfg["io_batch"])),
+            self._warn, "SGLang")
         self._connect(starting=True)
 
     # ------------------------------------------------------------ store
@@ -222,46 +214,17 @@ class _KvlinkLinker:
                 for t in layers.values():
                     yield array_info(t)
 
+    @property
+    def _lk(self) -> Optional[Linker]:
+        return self._link.obj
+
     def _connect(self, starting: bool = False) -> Optional[Linker]:
-        """The linker, opening the store if it is not open and a retry is
-        due; None while the store cannot be reached (SGLang then runs
-        without the cache: lookups miss, offloads are declined). Any other
-        failure to open (a malformed URI, a store this build lacks) is a
-        configuration error, raised when the server starts."""
-        if self._lk is not None or time.monotonic() < self._retry_at:
-            return self._lk
-        uri = self._cfg["store"]
-        shared = isinstance(uri, Store)  # the caller's: not closed here
-        try:
-            self._store = uri if shared else Store(uri)
-            self._lk = Linker(self.layout, self._store,
-                              max_requests=int(self._cfg["max_requests"]),
-                              io_batch=int(self._cfg["io_batch"]))
-            if self.stats["store_down"]:
-                log.warning("kvlink: store %s is open again", self._uri())
-        except KvlinkError as e:
-            if self._store is not None and not shared:
-                self._store.close()
-            self._store = None
-            if starting and not isinstance(e, (StoreIOError, Timeout)):
-                raise
-            self._retry_at = time.monotonic() + float(self._cfg["reconnect_s"])
-            self.stats["store_down"] += 1
-            self._warn("open", "kvlink: cannot open store %s (%s); SGLang "
-                       "runs without it, retrying every %.0f s",
-                       self._uri(), e, float(self._cfg["reconnect_s"]))
-        return self._lk
-
-    def _uri(self) -> str:
-        uri = self._cfg["store"]
-        return repr(uri) if isinstance(uri, Store) else redact_uri(uri)
-
-    def _warn(self, kind: str, msg: str, *args: Any) -> None:
-        """A warning at most once per 30 s per kind (hot paths)."""
-        now = time.monotonic()
-        if now >= self._warned.get(kind, 0.0):
-            self._warned[kind] = now + 30.0
-            log.warning(msg, *args)
+        """The linker, opening the store if a retry is due; None while it
+        cannot be reached (SGLang then runs without the cache: lookups
+        miss, offloads are declined)."""
+        lk = self._link.get(starting)
+        self.stats["store_down"] = self._link.failures
+        return lk
 
     def _next_id(self) -> int:
         self._ids += 1
@@ -547,14 +510,7 @@ class _KvlinkLinker:
         """reset, then closes the linker and the store."""
         self.reset()
         with self._mu:
-            if self._lk is not None:
-                self._lk.close()
-                self._lk = None
-            if self._store is not None and \
-                    not isinstance(self._cfg["store"], Store):
-                self._store.close()
-            self._store = None
-            self._retry_at = float("inf")  # never reopened
+            self._link.close()
 
 
 def _group_resolver(kvcache: Any, params: Any, components: Any):

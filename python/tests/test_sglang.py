@@ -214,7 +214,7 @@ def test_factory_and_config():
     assert hasattr(srv.linker.layer_done_counter, "wait_until")
     assert srv.linker.layout.pool_count == 1
     srv.linker.close()
-    with pytest.raises(ValueError, match="unknown linker_extra_config"):
+    with pytest.raises(ValueError, match="linker_extra_config: unknown keys"):
         Server("mha", "mem:", extra={"stor": "mem:"})
     for key, bad in (("load_timeout_s", "soon"), ("reconnect_s", -1),
                      ("io_batch", None)):

@@ -1,0 +1,121 @@
+"""What the engine adapters (kvlink.sglang, kvlink.vllm) share: the store
+they open from an engine's config, which may be down when the engine
+starts, and warnings that hot paths may not repeat.
+
+An engine must start and run without its cache when the cache's store is
+unreachable: :class:`StoreLink` opens the store lazily, retries at most
+every ``reconnect_s`` seconds, and builds the adapter's kvlink object over
+it (a Linker, a Prober) once it opens. A store that cannot be opened for
+another reason than being unreachable (a malformed URI, a backend this
+build lacks) is a configuration error, raised when the engine starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Dict, Generic, Optional, TypeVar
+
+from .errors import KvlinkError, StoreIOError, Timeout
+from .store import Store, redact_uri
+
+T = TypeVar("T")
+
+
+class Warnings:
+    """log.warning at most once per `every` seconds per kind."""
+
+    def __init__(self, log: logging.Logger, every: float = 30.0):
+        self._log, self._every = log, every
+        self._next: Dict[str, float] = {}
+
+    def __call__(self, kind: str, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now >= self._next.get(kind, 0.0):
+            self._next[kind] = now + self._every
+            self._log.warning(msg, *args)
+
+
+class StoreLink(Generic[T]):
+    """The store named by an engine's config (a URI, or an open Store that
+    the caller owns) and the kvlink object `make(store)` builds over it.
+
+    ``get()`` returns that object, opening the store when it is not open
+    and a retry is due; None while the store cannot be reached. ``opens``
+    and ``failures`` count the attempts; ``close()`` closes what it opened
+    and never reopens."""
+
+    def __init__(self, store: Any, reconnect_s: float,
+                 make: Callable[[Store], T], warn: Warnings, engine: str):
+        self._spec = store
+        self._reconnect_s = float(reconnect_s)
+        self._make = make
+        self._warn = warn
+        self._engine = engine
+        self._store: Optional[Store] = None
+        self.obj: Optional[T] = None
+        self._retry_at = 0.0
+        self.failures = 0
+
+    def describe(self) -> str:
+        s = self._spec
+        return repr(s) if isinstance(s, Store) else redact_uri(s)
+
+    def get(self, starting: bool = False) -> Optional[T]:
+        if self.obj is not None or time.monotonic() < self._retry_at:
+            return self.obj
+        shared = isinstance(self._spec, Store)  # the caller's: kept open
+        try:
+            self._store = self._spec if shared else Store(self._spec)
+            self.obj = self._make(self._store)
+            if self.failures:
+                self._warn("reopen", "kvlink: store %s is open again",
+                           self.describe())
+        except KvlinkError as e:
+            if self._store is not None and not shared:
+                self._store.close()
+            self._store = None
+            if starting and not isinstance(e, (StoreIOError, Timeout)):
+                raise
+            self._retry_at = time.monotonic() + self._reconnect_s
+            self.failures += 1
+            self._warn("open", "kvlink: cannot open store %s (%s); %s runs "
+                       "without it, retrying every %.0f s", self.describe(),
+                       e, self._engine, self._reconnect_s)
+        return self.obj
+
+    def close(self) -> None:
+        obj, self.obj = self.obj, None
+        if obj is not None:
+            obj.close()  # type: ignore[attr-defined]
+        if self._store is not None and not isinstance(self._spec, Store):
+            self._store.close()
+        self._store = None
+        self._retry_at = float("inf")  # never reopened
+
+
+def check_numbers(cfg: Dict[str, Any], keys, what: str) -> None:
+    """ValueError unless every cfg[key] is a number >= 0."""
+    for key in keys:
+        try:
+            value = float(cfg[key])
+        except (TypeError, ValueError):
+            value = -1.0
+        if not value >= 0:
+            raise ValueError(f"{what}: {key} must be a number >= 0, got "
+                             f"{cfg[key]!r}")
+
+
+def config(given: Optional[Dict[str, Any]], defaults: Dict[str, Any],
+           what: str) -> Dict[str, Any]:
+    """The engine's extra config over the adapter's defaults; ValueError
+    naming unknown keys."""
+    cfg = dict(given or {})
+    unknown = sorted(set(cfg) - set(defaults))
+    if unknown:
+        raise ValueError(f"{what}: unknown keys {unknown} (known: "
+                         f"{sorted(defaults)})")
+    return {**defaults, **cfg}
+
+
+__all__ = ["StoreLink", "Warnings", "check_numbers", "config"]
