@@ -13,6 +13,7 @@ build lacks) is a configuration error, raised when the engine starts.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any, Callable, Dict, Generic, Optional, TypeVar
 
@@ -94,6 +95,18 @@ class StoreLink(Generic[T]):
         self._retry_at = float("inf")  # never reopened
 
 
+_TAG_RE = re.compile(r"[^A-Za-z0-9._+/-]")
+
+
+def model_tag(model: Any, override: Any, default: str) -> str:
+    """A layout's model tag: `override` (the extra config's model_tag),
+    else the engine's model name or path, with characters outside
+    [A-Za-z0-9._+/-] replaced and cut to its last 64 (the fingerprint still
+    covers sizes, dtypes and layers)."""
+    tag = _TAG_RE.sub("-", str(override or model or default)).strip("/")
+    return (tag or default)[-64:]
+
+
 def check_numbers(cfg: Dict[str, Any], keys, what: str) -> None:
     """ValueError unless every cfg[key] is a number >= 0."""
     for key in keys:
@@ -118,4 +131,4 @@ def config(given: Optional[Dict[str, Any]], defaults: Dict[str, Any],
     return {**defaults, **cfg}
 
 
-__all__ = ["StoreLink", "Warnings", "check_numbers", "config"]
+__all__ = ["StoreLink", "Warnings", "check_numbers", "config", "model_tag"]

@@ -30,7 +30,6 @@ page-keyed store can restore it: they are refused.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -38,7 +37,6 @@ from ._buffers import dtype_name
 from .layout import HitPolicy, Layout, Shard
 
 KV, SWA = "kv", "swa"
-_TAG_RE = re.compile(r"[^A-Za-z0-9._+/-]")
 
 
 @dataclass
@@ -62,16 +60,6 @@ class PoolSpec:
 
 class Unsupported(ValueError):
     """SGLang's pools have a shape kvlink cannot cache."""
-
-
-def model_tag(server_args: Any, extra: Dict[str, Any]) -> str:
-    """The layout's model tag: ``model_tag`` from the extra config, else
-    the model path with characters outside [A-Za-z0-9._+/-] replaced and
-    cut to 64 (the fingerprint still covers sizes, dtypes and layers)."""
-    tag = extra.get("model_tag") or getattr(server_args, "model_path",
-                                            None) or "sglang"
-    tag = _TAG_RE.sub("-", str(tag)).strip("/") or "sglang"
-    return tag[-64:]
 
 
 def _group_rank(group: Any) -> Tuple[int, int]:
@@ -288,4 +276,4 @@ def build_layout(specs: Sequence[PoolSpec], tag: str, page_size: int,
 
 
 __all__ = ["PoolSpec", "Unsupported", "pool_specs", "build_layout",
-           "shard_of", "model_tag", "sliding_window_pages", "KV", "SWA"]
+           "shard_of", "sliding_window_pages", "KV", "SWA"]

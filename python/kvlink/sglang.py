@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import _sglang_pools as pools
-from ._engine import StoreLink, Warnings, check_numbers, config
+from ._engine import StoreLink, Warnings, check_numbers, config, model_tag
 from .errors import KvlinkError
 from .layout import Layout, MemKind
 from .linker import NO_SLOT, Linker
@@ -181,7 +181,9 @@ class _KvlinkLinker:
                                                 self.page_size, self._cfg)
         self._specs = {s.name: s for s in specs}
         self.layout: Layout = pools.build_layout(
-            specs, pools.model_tag(server_args, self._cfg), self.page_size,
+            specs, model_tag(getattr(server_args, "model_path", None),
+                             self._cfg["model_tag"], "sglang"),
+            self.page_size,
             pools.shard_of(params), window)
         self._cuda = any(
             info.mem == MemKind.CUDA for info in self._buffer_kinds())
