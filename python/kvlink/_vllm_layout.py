@@ -129,17 +129,40 @@ def worker_layout(kv_caches: Dict[str, Any], tag: str, block_size: int,
     return layout.finalize(), layer_of
 
 
-def scheduler_layout(kv_cache_config: Any, tag: str, block_size: int,
-                     shard: Shard, order: str) -> Layout:
-    """The layout the workers build, by sizes only, from vLLM's KV cache
-    config (one KV cache group)."""
+def single_group(kv_cache_config: Any) -> Any:
+    """The one KV cache group kvlink's connector takes."""
     groups = list(kv_cache_config.kv_cache_groups)
     if len(groups) != 1:
         raise Unsupported(f"{len(groups)} KV cache groups (a hybrid model): "
                           f"kvlink's vLLM connector takes one; start vLLM "
                           f"with --disable-hybrid-kv-cache-manager")
-    spec = groups[0].kv_cache_spec
-    names = list(groups[0].layer_names)
+    return groups[0]
+
+
+def stage_names(names: Sequence[str], first: Tuple[int, int],
+                stage: Tuple[int, int]) -> List[str]:
+    """The attention layer names of a pipeline stage holding model layers
+    [stage[0], stage[1]), from the names of the first stage (layers
+    [first[0], first[1])): each name's layer number moved into the stage.
+    vLLM names layers by their model-wide index on every stage."""
+    templates = set()
+    for name, number in ordered_layers(names):
+        m = _LAYER_RE.search(name)
+        if m and first[0] <= number < first[1]:
+            templates.add(name[:m.start(1)] + "{}" + name[m.end(1):])
+    return [t.format(i) for t in sorted(templates)
+            for i in range(stage[0], stage[1])]
+
+
+def scheduler_layout(kv_cache_config: Any, tag: str, block_size: int,
+                     shard: Shard, order: str,
+                     names: Sequence[str] = ()) -> Layout:
+    """The layout the workers of `shard`'s pipeline stage build, by sizes
+    only, from vLLM's KV cache config (one KV cache group; `names`: that
+    stage's layer names, default the config's)."""
+    group = single_group(kv_cache_config)
+    spec = group.kv_cache_spec
+    names = list(names or group.layer_names)
     numbers = dict(ordered_layers(names))
     shared = set()  # every name of a shared tensor but its first
     for tensor in getattr(kv_cache_config, "kv_cache_tensors", ()) or ():
@@ -165,4 +188,5 @@ def spec_dtype(spec: Any) -> str:
 
 
 __all__ = ["POOL", "Unsupported", "worker_layout", "scheduler_layout",
-           "spec_dtype", "layer_number", "ordered_layers", "is_mla_spec"]
+           "single_group", "stage_names", "spec_dtype", "layer_number",
+           "ordered_layers", "is_mla_spec"]

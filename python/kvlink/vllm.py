@@ -12,9 +12,10 @@ every GPU worker (role WORKER), which are other processes.
 - **Scheduler**: a request's pages are kvlink page hashes of its tokens
   (one page per vLLM block; LoRA adapter, cache salt and multimodal inputs
   put them in a namespace of their own). ``get_num_new_matched_tokens``
-  asks a :class:`~kvlink.Prober` which prefix every worker can restore,
-  from the store alone (the scheduler has no KV tensors), and leaves the
-  last token to compute, as vLLM requires. The loads and saves it decides
+  asks a :class:`~kvlink.Prober` which prefix every worker (every
+  tensor-parallel rank of every pipeline stage) can restore, from the
+  store alone (the scheduler has no KV tensors), and leaves the last token
+  to compute, as vLLM requires. The loads and saves it decides
   travel to the workers in :class:`KvlinkConnectorMetadata`.
 - **Workers**: ``register_kv_caches`` describes vLLM's tensors
   (FlashAttention, FlashInfer, MLA) as a layout; ``start_load_kv`` starts a
@@ -139,10 +140,9 @@ class _KvlinkConnector:
         self.saves = kv_role in ("kv_producer", "kv_both")
         self.loads = kv_role in ("kv_consumer", "kv_both")
         par = vllm_config.parallel_config
-        if int(getattr(par, "pipeline_parallel_size", 1) or 1) > 1:
-            raise vl.Unsupported("kvlink.vllm: pipeline parallelism is not "
-                                 "supported yet (tensor parallelism is)")
         self.tp_size = int(getattr(par, "tensor_parallel_size", 1) or 1)
+        self.pp_size = int(getattr(par, "pipeline_parallel_size", 1) or 1)
+        self._vllm_config = vllm_config
         self.block_size = int(vllm_config.cache_config.block_size)
         self.tag = model_tag(getattr(vllm_config.model_config, "model", None),
                              self._cfg["model_tag"], "vllm")
@@ -158,13 +158,39 @@ class _KvlinkConnector:
 
     # ------------------------------------------------------- scheduler
 
+    def _stage_layouts(self) -> List[Any]:
+        """One layout per pipeline stage, by sizes only. The scheduler's KV
+        cache config names the first stage's layers only; the others'
+        come from vLLM's split of the model's layers (get_pp_indices)."""
+        shard = Shard(tp_size=self.tp_size, pp_size=self.pp_size)
+        layouts = [vl.scheduler_layout(self._kv_cache_config, self.tag,
+                                       self.block_size, shard, self.order)]
+        if self.pp_size == 1:
+            return layouts
+        try:
+            from vllm.distributed.utils import get_pp_indices
+        except ImportError as e:
+            raise vl.Unsupported(f"kvlink.vllm: pipeline parallelism needs "
+                                 f"vLLM's get_pp_indices: {e}") from e
+        mc = self._vllm_config.model_config
+        hf = getattr(mc, "hf_text_config", None) or mc.hf_config
+        n = int(hf.num_hidden_layers)
+        names = vl.single_group(self._kv_cache_config).layer_names
+        first = get_pp_indices(n, 0, self.pp_size)
+        for p in range(1, self.pp_size):
+            stage = Shard(tp_size=self.tp_size, pp_rank=p,
+                          pp_size=self.pp_size)
+            layouts.append(vl.scheduler_layout(
+                self._kv_cache_config, self.tag, self.block_size, stage,
+                self.order, vl.stage_names(
+                    names, first, get_pp_indices(n, p, self.pp_size))))
+        return layouts
+
     def _init_scheduler(self) -> None:
-        layout = vl.scheduler_layout(self._kv_cache_config, self.tag,
-                                     self.block_size,
-                                     Shard(tp_size=self.tp_size), self.order)
-        self._layout = layout
+        layouts = self._stage_layouts()
+        self._layout = layouts[0]
         self._link = StoreLink(self._cfg["store"], self._cfg["reconnect_s"],
-                               lambda store: Prober(store, [layout]),
+                               lambda store: Prober(store, layouts),
                                self._warn, "vLLM")
         self._link.get(starting=True)
         self._hits: Dict[str, Tuple[bytes, int]] = {}  # req → pages, local
@@ -257,19 +283,22 @@ class _KvlinkConnector:
         self._invalid: Set[int] = set()
         self._cuda = False
 
-    def _tp_rank(self) -> int:
+    def _shard(self) -> Shard:
+        """This worker's tensor- and pipeline-parallel ranks (vLLM's
+        parallel state; a single rank without it)."""
         try:
-            from vllm.distributed.parallel_state import \
-                get_tensor_model_parallel_rank
+            import vllm.distributed.parallel_state as ps
         except ImportError:
-            return 0
-        return int(get_tensor_model_parallel_rank())
+            return Shard(tp_size=self.tp_size, pp_size=self.pp_size)
+        pp = ps.get_pp_group().rank_in_group if self.pp_size > 1 else 0
+        return Shard(tp_rank=int(ps.get_tensor_model_parallel_rank()),
+                     tp_size=self.tp_size, pp_rank=int(pp),
+                     pp_size=self.pp_size)
 
     def register_kv_caches(self, kv_caches: Dict[str, Any]) -> None:
-        spec = self._kv_cache_config.kv_cache_groups[0].kv_cache_spec
+        spec = vl.single_group(self._kv_cache_config).kv_cache_spec
         layout, self._layer_of = vl.worker_layout(
-            kv_caches, self.tag, self.block_size,
-            Shard(tp_rank=self._tp_rank(), tp_size=self.tp_size),
+            kv_caches, self.tag, self.block_size, self._shard(),
             vl.spec_dtype(spec), self.order)
         self._layout = layout
         from ._buffers import array_info

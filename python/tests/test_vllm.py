@@ -2,7 +2,8 @@
 vLLM-shaped KV caches (vllm_standins.py; numpy on the CPU, CUDA tensors
 where torch has a GPU): FlashAttention and FlashInfer layouts in NHD and
 HND, MLA, tensor-parallel workers; a new request with a full hit, a partial
-hit, a load error at page k reported as exactly those blocks, preemption
+hit, pipeline stages, a load error at page k reported as exactly those
+blocks, preemption
 and resumption, a save after the request ends that keeps its blocks until
 every worker is done, the roles of prefill/decode disaggregation, load
 errors exact under random faults; scheduler and workers as separate
@@ -136,6 +137,33 @@ def test_tp_workers_and_mla_replication(dev):
     assert store.stats()["objects"] - before == 4  # not 8
     ext, out = prefill(eng, "b", toks)
     assert ext == 4 * BS and all(r["bad"] == set() for r in out)
+    eng.close()
+
+
+def test_pipeline_stages(dev):
+    """Two pipeline stages (3 layers: vLLM gives stage 0 two, stage 1 one)
+    of two tensor-parallel ranks each. The scheduler's KV cache config
+    names stage 0's layers only; the prober derives stage 1's. A page
+    missing on stage 1 ends the hit."""
+    extra = {"store": kvl.Store("mem:")}
+    cfg, kcc0 = model("flash", layers=3, tp=2, pp=2, extra=extra)
+    _, kcc1 = model("flash", layers=3, tp=2, pp=2, stage=1, extra=extra)
+    assert [len(k.kv_cache_groups[0].layer_names) for k in (kcc0, kcc1)] \
+        == [2, 1]
+    workers = [Worker(cfg, kcc, r, dev, stage=st)
+               for st, kcc in ((0, kcc0), (1, kcc1)) for r in range(2)]
+    eng = Engine(cfg, kcc0, workers)
+    toks = tokens(4 * BS + 1, seed=12)
+    assert prefill(eng, "a", toks)[0] == 0
+    ext, out = prefill(eng, "b", toks)
+    assert ext == 4 * BS
+    assert all(r["bad"] == set() and r["invalid"] == set() for r in out)
+    lay = workers[3].conn._layout  # stage 1, tp rank 1
+    assert lay.shard == kvl.Shard(1, 2, 0, 1, 1, 2)
+    assert lay.pool_layers("kv") == (2,)
+    extra["store"].remove(lay.key("kv", kvl.hash_pages(toks, BS)[2]))
+    ext, out = prefill(eng, "c", toks)
+    assert ext == 2 * BS and all(r["bad"] == set() for r in out)
     eng.close()
 
 
@@ -290,10 +318,6 @@ def test_store_down_and_bad_config():
         engine("mem:", extra={"load_timeout_s": "soon"})
     with pytest.raises(kvl.KvlinkError):
         engine("nosuch://x")
-    cfg, kcc = model("flash", extra={"store": "mem:"})
-    cfg.parallel_config.pipeline_parallel_size = 2
-    with pytest.raises(ValueError, match="pipeline"):
-        Engine(cfg, kcc, [])
     cfg, kcc = model("flash", extra={"store": "mem:"})
     kcc.kv_cache_groups.append(kcc.kv_cache_groups[0])
     with pytest.raises(ValueError, match="hybrid"):

@@ -55,9 +55,12 @@ def create_connector(vllm_config: Any, role: Any,
 def model(backend: str = "flash", layers: int = 3, block_size: int = 4,
           heads: int = 2, head_size: int = 8, num_blocks: int = 64,
           tp: int = 1, role: str = "kv_both", extra: Optional[dict] = None,
-          dtype: str = "float16") -> Tuple[Any, Any]:
-    """(vllm_config, kv_cache_config) of a small model."""
-    names = [f"model.layers.{i}.self_attn.attn" for i in range(layers)]
+          dtype: str = "float16", pp: int = 1, stage: int = 0
+          ) -> Tuple[Any, Any]:
+    """(vllm_config, kv_cache_config) of a small model: the KV cache config
+    of pipeline stage `stage` (the scheduler gets stage 0's, as vLLM's)."""
+    start, end = vs.get_pp_indices(layers, stage, pp)
+    names = [f"model.layers.{i}.self_attn.attn" for i in range(start, end)]
     spec_cls = vs.MLAAttentionSpec if backend == "mla" else \
         vs.FullAttentionSpec
     spec = spec_cls(block_size, 1 if backend == "mla" else heads,
@@ -69,7 +72,8 @@ def model(backend: str = "flash", layers: int = 3, block_size: int = 4,
     cfg = vs.VllmConfig(
         vs.KVTransferConfig(kv_role=role,
                             kv_connector_extra_config=dict(extra or {})),
-        vs.CacheConfig(block_size), vs.ParallelConfig(tp))
+        vs.CacheConfig(block_size), vs.ParallelConfig(tp, pp),
+        vs.ModelConfig(hf_config=vs.HFConfig(layers)))
     cfg.backend = backend  # what the workers allocate (not vLLM's field)
     return cfg, kcc
 
@@ -88,7 +92,7 @@ class Worker:
     connector."""
 
     def __init__(self, vllm_config: Any, kv_cache_config: Any, rank: int,
-                 device: str = "cpu"):
+                 device: str = "cpu", stage: int = 0):
         self.cfg, self.kcc, self.rank = vllm_config, kv_cache_config, rank
         self.backend = vllm_config.backend
         group = kv_cache_config.kv_cache_groups[0]
@@ -124,7 +128,7 @@ class Worker:
                 self.kv[n] = alloc((nb, self.bs, d))
         # An MLA latent is the same on every tensor-parallel rank.
         self.kv_rank = 0 if self.backend == "mla" else rank
-        vs.TP_RANK[0] = rank
+        vs.TP_RANK[0], vs.PP_RANK[0] = rank, stage
         self.conn = create_connector(vllm_config, WORKER, kv_cache_config)
         self.conn.register_kv_caches(self.kv)
 
@@ -151,7 +155,8 @@ class Worker:
         c.bind_connector_metadata(meta)
         c.start_load_kv(types.SimpleNamespace(no_compile_layers={}))
         bad: Set[int] = set()
-        for layer, name in enumerate(self.names):
+        for name in self.names:
+            layer = int(name.split(".")[2])  # model.layers.<n>.…
             c.wait_for_layer_load(name)
             for t in meta.loads:
                 tokens, blocks = reqs[t.req_id]

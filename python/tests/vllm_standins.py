@@ -18,10 +18,13 @@ from typing import Any, Dict, List, Optional
 
 BASE_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
 PARALLEL_MODULE = "vllm.distributed.parallel_state"
+UTILS_MODULE = "vllm.distributed.utils"
 LAYOUT_MODULE = "vllm.v1.attention.backends.utils"
 
-#: What get_tensor_model_parallel_rank() answers (a worker sets it).
+#: What get_tensor_model_parallel_rank() and get_pp_group().rank_in_group
+#: answer (a worker sets them).
 TP_RANK = [0]
+PP_RANK = [0]
 #: What get_kv_cache_layout() answers.
 KV_LAYOUT = ["NHD"]
 
@@ -116,7 +119,7 @@ def install() -> Dict[str, Any]:
                 "KVConnectorRole": base.KVConnectorRole, "real": True}
     except ImportError:
         pass
-    for name in (BASE_MODULE, PARALLEL_MODULE, LAYOUT_MODULE):
+    for name in (BASE_MODULE, PARALLEL_MODULE, UTILS_MODULE, LAYOUT_MODULE):
         parts = name.split(".")
         for i in range(1, len(parts) + 1):
             sys.modules.setdefault(".".join(parts[:i]),
@@ -125,11 +128,27 @@ def install() -> Dict[str, Any]:
     base.KVConnectorBase_V1 = KVConnectorBase_V1
     base.KVConnectorRole = KVConnectorRole
     base.KVConnectorMetadata = KVConnectorMetadata
-    sys.modules[PARALLEL_MODULE].get_tensor_model_parallel_rank = \
-        lambda: TP_RANK[0]
+    ps = sys.modules[PARALLEL_MODULE]
+    ps.get_tensor_model_parallel_rank = lambda: TP_RANK[0]
+    ps.get_pp_group = lambda: types.SimpleNamespace(
+        rank_in_group=PP_RANK[0])
+    sys.modules[UTILS_MODULE].get_pp_indices = get_pp_indices
     sys.modules[LAYOUT_MODULE].get_kv_cache_layout = lambda: KV_LAYOUT[0]
     return {"KVConnectorBase_V1": KVConnectorBase_V1,
             "KVConnectorRole": KVConnectorRole, "real": False}
+
+
+def get_pp_indices(num_hidden_layers: int, pp_rank: int,
+                   pp_size: int):
+    """vLLM's split of the model's layers into pipeline stages: (start,
+    end) of stage pp_rank. Each stage gets num_hidden_layers // pp_size;
+    the rest go one each to the stages before the last, from the
+    second-to-last backwards."""
+    per = [num_hidden_layers // pp_size] * pp_size
+    for i in range(num_hidden_layers % pp_size):
+        per[pp_size - 2 - i] += 1
+    start = sum(per[:pp_rank])
+    return start, start + per[pp_rank]
 
 
 # ------------------------------------------------------------- configs
@@ -155,8 +174,14 @@ class ParallelConfig:
 
 
 @dataclass
+class HFConfig:
+    num_hidden_layers: int = 32
+
+
+@dataclass
 class ModelConfig:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    hf_config: HFConfig = field(default_factory=HFConfig)
 
 
 @dataclass
