@@ -14,7 +14,7 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from ._args import c_int, c_text, guarded
+from ._args import c_int, guarded
 from ._buffers import buffer_ptr
 from ._lib import kvl_iov, kvl_range, lib
 from ._shared import SharedHandle

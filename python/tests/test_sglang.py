@@ -286,7 +286,6 @@ def test_mla_tp_ranks_share_replicated_pages(dev):
     written by tp rank 0 only, and restored by both."""
     store = kvl.Store("mem:")
     ar_src, ar_dst = MinAllReduce(2), MinAllReduce(2)
-    keys = None
 
     def rank(r):
         src = Server("mla", store, seed=1, tp=(r, 2), allreduce=ar_src,
@@ -361,7 +360,6 @@ def test_ranks_intersect_sets():
     all-reduce of their sets gives the longest prefix both can restore."""
     store = kvl.Store("mem:")
     ar = MinAllReduce(2)
-    k = None
 
     def rank(r):
         srv = Server("mha", store, seed=r + 1, tp=(r, 2), allreduce=ar)
