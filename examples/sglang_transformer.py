@@ -169,11 +169,11 @@ def run(args, dtype):
 
 def main(argv=None):
     args = e2e.parse_args(argv)  # --help needs neither torch nor SGLang
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: {e}")
+    import importlib.util
+    missing = [m for m in ("torch", "transformers")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"SKIP: no {', '.join(missing)}")
         return 77
     _, dtypes, _ = e2e.resolve(args)
     bad = []
