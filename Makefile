@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Top-level entry points. `make run` and `make test` install missing Debian
 # packages (as root), build with CMake, then run the benchmark / the tests.
 # `make test-asan` and `make test-tsan` run the same suite in sanitizer

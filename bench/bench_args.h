@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_args.h — the benchmarks' shared argument parsing (header only:
  * each bench_*.c is a program of its own).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_breaker.c — what a store that is down costs the engine's calls,
  * with and without the store's circuit breaker.

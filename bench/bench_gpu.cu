@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_gpu.cu — kvlink's GPU path against the hardware, in one run.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_mac.c — OpenSSL's MACs that could seal kvlink's objects, measured
  * on this machine against the unkeyed checksum in the same run, then the

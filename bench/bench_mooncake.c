@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_mooncake.c — kvlink's mooncake:// store against Mooncake's own C
  * API (store_c.h) on the same master, keys and object sizes, in one run.

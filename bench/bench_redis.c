@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_redis.c — kvlink's redis:// store against a plain pipelined hiredis
  * client, on the same servers, keys and object sizes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """bench_sglang.py — kvlink.sglang on a GPU, driven as SGLang drives its
 external linker (python/tests/sglang_driver.py), over SGLang-shaped CUDA
 pools: per-layer K and V tensors [tokens + page, kv_heads, head_dim].

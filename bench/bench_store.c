@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_store.c — throughput of the embedded store against memcpy.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * codec_bench.h — the page codec's read check on one core, unkeyed
  * (XXH3-128 fields) against keyed (Poly1305 tags under a store secret), in

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """e2e_transformer.py — kvlink end to end with a real transformer's KV cache.
 
 A small Llama-architecture model (transformers' LlamaForCausalLM) is built

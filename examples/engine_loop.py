@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """engine_loop.py — an inference engine's loop around kvlink, step by step.
 
 A toy engine with a paged KV pool (numpy, or torch when it is importable):

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """sglang_transformer.py — a real transformer's KV restored through
 kvlink.sglang, the linker SGLang loads with
 --unified-cache-external-linker-config, driven as SGLang drives it.

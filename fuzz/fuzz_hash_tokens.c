@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_hash_tokens.c — libFuzzer target: the token-list reader of
  * `kvlink hash` (tools/cmd_hash.c, through cmd_hash.h), which reads

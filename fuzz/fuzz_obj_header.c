@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_obj_header.c — libFuzzer target: the page codec's object header
  * decoder (kvl__obj_header_check, kvl__obj_layer_ok) on arbitrary bytes,

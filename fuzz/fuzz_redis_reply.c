@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_redis_reply.c — libFuzzer target: Redis replies as the redis://
  * store reads them — the data path's own RESP parser

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_store_open.c — libFuzzer target: kvl_store_open on arbitrary URIs of
  * the embedded and fault-injection stores, then one small round trip

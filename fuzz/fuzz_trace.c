@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_trace.c — libFuzzer target: the trace-line parser of `kvlink replay`
  * (rp_trace_parse in tools/trace.c, a JSON-lines request parser), the

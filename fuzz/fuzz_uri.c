@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_uri.c — libFuzzer target: the store URI parser (kvl__uri_parse) and
  * its option getters, on arbitrary strings.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # fuzz/run.sh — builds the libFuzzer targets with clang (CMake, KVL_FUZZ=ON)
 # and runs each one over its seed corpus in fuzz/corpus/<target>/.
 #

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages kvlink needs to build and test, when missing.
 # Needs root (or sudo) only when something is missing.
 set -e

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # chaos_redis.sh — the fault campaign (tests/test_chaos.c) against a Redis
 # Cluster whose servers are killed, restarted, paused and resumed while it
 # runs: on top of the fault store's injected errors, bit flips, evictions

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # cli_hash.sh — tests of `kvlink hash`, run by ctest as
 #   bash tests/cli_hash.sh /path/to/kvlink
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # cli_redact.sh — the kvlink tool never prints a store's password, run by
 # ctest as
 #   bash tests/cli_redact.sh /path/to/kvlink

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # cli_replay.sh — tests of `kvlink replay` as a command, run by ctest as
 #   bash tests/cli_replay.sh /path/to/kvlink
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # cli_stat.sh — tests of `kvlink stat`, run by ctest as
 #   bash tests/cli_stat.sh /path/to/kvlink
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """doc_snippets.py -- every code block of README.md, docs/*.md and
 examples/*.md is checked.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # stop_on_exit.sh — sourced by the run.sh scripts that start throwaway
 # servers. `stop_on_exit DIR CMD [ARGS…]` makes CMD run and DIR go when the
 # sourcing script exits: normally, on a signal, or killed with SIGKILL (a

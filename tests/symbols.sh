@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # symbols.sh LIB HEADER — the shared library exports exactly the functions
 # that HEADER declares with KVL_API: no internal kvl__ symbol, nothing
 # else, and none missing. Exits 77 (skipped) without nm.

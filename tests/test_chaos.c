@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_chaos.c — the fault campaign: seeded random runs of concurrent
  * lookups, loads, offloads, cancels, waits, flushes, polls, shutdowns and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_errors.c — walks the bad-input table of docs/errors.md: every row of
  * the table is one check here, and the table is read at run time, so a row

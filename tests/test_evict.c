@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_evict.c — the embedded store's eviction policies and their ghost
  * list: the store options policy= and max_objects=, the segmented LRU

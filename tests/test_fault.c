@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_fault.c — the fault-injection store ("fault+<inner URI>",
  * store_fault.c) over the embedded store: URI rebuilding and option checks,

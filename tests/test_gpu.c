@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_gpu.c — the linker with pools in GPU memory: offload after an engine
  * event, lookup, layer-wise load with CPU and stream-ordered waits, bytes

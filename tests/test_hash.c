@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_hash.c — page hashes, namespace seeds and hex conversion
  * (kvl_hash_pages, kvl_namespace_seed, kvl_hash_to_hex, kvl_hash_from_hex),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_isolation.c — engines that differ in model tag, layout, rank shard or
  * tenant (namespace seed) never read each other's objects, on every store

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_layout.c — layouts (kvl_layout_*) and the object header and checksum
  * underneath them (object.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_left_open.c — a program may exit with an embedded store still open
  * (engines often do): in AddressSanitizer builds, LeakSanitizer must then

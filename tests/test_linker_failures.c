@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_linker_failures.c — the linker when the store fails it: what a
  * batch, its waits and its completions say, and that no byte reported valid

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_linker_lifecycle.c — a linker's life: open, cancel, the request
  * queue, shutdown, close, and every accepted request completing exactly

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_linker_load.c — the linker's layer-wise loads (kvl_linker_load,
  * _start, _wait, _poll): bytes that round-trip from one engine to another,

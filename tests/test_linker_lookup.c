@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_linker_lookup.c — the linker's lookups (kvl_linker_lookup): the
  * prefix of pages a load would restore, across pools and ranks.

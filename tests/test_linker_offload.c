@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_linker_offload.c — the linker's background offloads
  * (kvl_linker_offload, _flush): what is written to the store, and when.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_lookup.c — restorable sets, kvl_bitmap_max and the in-process rank
  * group.

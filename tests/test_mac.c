@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_mac.c — keyed integrity: stores opened with a secret (secret_file=,
  * KVL_SECRET_FILE) seal objects with MACs, and only a reader with the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_mooncake.c — the mooncake:// store: clear errors without Mooncake
  * (always), and against a real deployment (tests/mooncake/run.sh: a master

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_pages.c — synchronous page I/O (kvl_pages_exist, kvl_pages_put,
  * kvl_pages_get) over the embedded store.

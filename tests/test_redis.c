@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis.c — the redis:// store against real servers: a standalone
  * redis-server and a Redis Cluster of 3 masters with one replica each,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_slots.c — the parts of the redis:// store that need no server:
  * CRC16 key slots and hash tags (the Redis Cluster specification's

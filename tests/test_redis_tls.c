@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_redis_tls.c — rediss:// against real TLS servers: a TLS-only
  * redis-server and a TLS Redis Cluster of 3 masters (tls-cluster yes),

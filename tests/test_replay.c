@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_replay.c — `kvlink replay`: the hit ratios it reports, through the
  * real linker and embedded store, on small hand-made traces (written inline

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_store.c — the store API (kvl_store_*), the URI parser and the
  * embedded "mem:" backend.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli.c — helpers every subcommand of the kvlink tool shares (cli.h).
  */

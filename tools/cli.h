@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli.h — the subcommands of the kvlink tool and the helpers they share.
  * Each subcommand lives in its own cmd_<name>.c and returns the process exit

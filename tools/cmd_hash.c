@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_hash.c — `kvlink hash`: prints the page hashes of a token list.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_hash.h — the token-list reader of `kvlink hash` (cmd_hash.c), callable
  * on its own: the command feeds it standard input, and the fuzz target

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_replay.c — `kvlink replay`: options, then the trace replayed once per
  * policy and capacity (replay.h says what a replay does).

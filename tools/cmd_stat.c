@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cmd_stat.c — `kvlink stat`: a store's counters as text, JSON or
  * Prometheus exposition. (A running engine's linker counters come from

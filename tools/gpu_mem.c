@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpu_mem.c — GPU memory for `kvlink bench --device cuda`, through CUDA's
  * runtime when the tool is built with it (KVL_TOOL_CUDA) and failing

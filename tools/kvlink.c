@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvlink.c — entry point of the kvlink command-line tool: dispatches the
  * first argument to a subcommand.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.c — one replay of a trace (replay.h): the engine's pool of host
  * slots, lookups and offloads through a real linker over the embedded

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay.h — `kvlink replay` (cmd_replay.c parses its options): a trace
  * replayed through the real linker and embedded store (replay.c), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay_plot.c — the token hit ratios of a sweep as an SVG line plot:
  * capacity (log scale when it spans a decade) against hit ratio, one line

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * replay_print.c — a replay's results as JSON lines, a table or text.
  */

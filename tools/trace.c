@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.c — the strict parser of Mooncake request traces (format in
  * trace.h): a cursor over one line at a time, with the column of the first

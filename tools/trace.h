@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trace.h — Mooncake request traces for `kvlink replay` (trace.c): one
  * request per line, parsed strictly.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvlink_build — the in-tree PEP 517 build backend of the kvlink bindings.
 
 Why not setuptools: ``pip install ./python`` builds in an isolated

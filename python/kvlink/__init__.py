@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvlink: keep an inference engine's KV-cache pages outside GPU memory.
 
 Python bindings (ctypes) over libkvlink's C API (include/kvlink.h):

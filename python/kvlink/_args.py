@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Arguments as the C API takes them, checked before any C call.
 
 ctypes converts a Python int to a C integer by dropping the high bits and

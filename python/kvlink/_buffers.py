@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Addresses, shapes and devices of arrays, tensors and Python buffers.
 
 kvlink's C API takes raw addresses. This module finds them, without importing

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the engine adapters (kvlink.sglang, kvlink.vllm) share: the store
 they open from an engine's config, which may be down when the engine
 starts, and warnings that hot paths may not repeat.

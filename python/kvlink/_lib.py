@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading libkvlink and declaring its C API for ctypes.
 
 Everything here mirrors include/kvlink.h one to one: the record types, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SGLang's device KV pools, described as a kvlink Layout.
 
 SGLang's linker contract names pools by ``PoolName`` ("kv", "swa",

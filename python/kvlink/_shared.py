@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Lifetimes of the C objects: each closes on exit from a ``with`` block and
 when collected; Layout, Store and RankGroup, which open linkers use, refuse
 to close while one is open. Closing waits for the calls other threads have

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's KV caches, described as kvlink layouts: the workers' from their
 tensors (register_kv_caches), the scheduler's from the KV cache config by
 sizes only, for a Prober. Both name the same pool ("kv"), components and

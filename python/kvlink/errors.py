@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvlink's error codes as Python exceptions.
 
 Every failing C call becomes a :class:`KvlinkError` (or one of its subclasses)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Page hashes and namespace seeds.
 
 A page hash is 32 bytes: ``h_i = SHA-256(h_{i-1} ‖ tokens_i as u32 LE)``, with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Layouts: the engine's page pools, described once.
 
 A :class:`Layout` says, for each pool and model layer, where each component's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The linker: lookups, layer-wise loads, background offloads, completions.
 
 A :class:`Linker` runs over a finalized :class:`~kvlink.Layout` and a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Lookups without memory: which prefixes every rank of a model can restore,
 asked of the store alone.
 

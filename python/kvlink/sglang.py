@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvlink as SGLang's external cache linker (its unified radix cache).
 
 Start SGLang with::

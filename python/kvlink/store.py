@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stores: where page objects live, opened by URI.
 
 ``Store("mem:?capacity=8GiB")`` opens the embedded store of this process;

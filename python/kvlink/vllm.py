@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvlink as a vLLM KV connector (the v1 API).
 
 Start vLLM with::

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures of the kvlink binding tests.
 
 The tests exercise the package of this source tree (python/kvlink), not an

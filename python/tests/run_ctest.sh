@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs the Python binding's pytest suite for ctest (tests/CMakeLists.txt).
 #
 # Picks the first interpreter that has both pytest and numpy: $KVLINK_PYTHON,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A driver that calls an SGLang external linker exactly as SGLang's
 UnifiedCacheLinkerWrapper does, one ``Rank`` per tensor-parallel rank (ranks
 may be threads: :class:`MinAllReduce` stands in for the CPU process groups

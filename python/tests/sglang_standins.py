@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-ins for the few SGLang types kvlink.sglang touches, written from
 SGLang's public interface (unified_cache_linker.py, hicache_storage.py,
 memory_pool.py), so that the linker's tests run without SGLang.

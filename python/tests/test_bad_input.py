@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the binding refuses before the C API sees it, and closing handles
 while other threads are inside calls on them.
 

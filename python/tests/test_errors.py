@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The error table and the version, as the loaded library reports them: the
 table read at import (names, codes, messages), the exception class of every
 code, and which library versions the bindings accept."""

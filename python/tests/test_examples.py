@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The examples run and pass: examples/engine_loop.py (numpy, and torch if
 importable), and examples/e2e_transformer.py --help (always) and on the
 CPU when torch and transformers are importable, as is

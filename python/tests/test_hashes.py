@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Page hashes and namespace seeds against an independent implementation
 (hashlib), in every input and output form."""
 

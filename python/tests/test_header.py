@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The binding against include/kvlink.h, the contract it mirrors: every
 numeric #define and enum member equals _lib's constant of that name (and
 _lib has no KVL_ constant the header lacks); the error table the library

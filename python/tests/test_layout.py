@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Layouts described from numpy arrays: geometry derived from shapes and
 strides, the whole-pool helper in every dimension order, queries, keys, and
 the errors a wrong description gets."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The linker from Python, on the CPU with numpy pools and the embedded
 store: offload → lookup → layer-wise load with per-layer waits → equal bytes;
 partial prefixes; namespaces (different priors never share pages); cancel;

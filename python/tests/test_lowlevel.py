@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C functions the Python API does not wrap, called through _lib's
 prototypes as tools would: restorable sets and bitmaps, and synchronous
 page I/O (kvl_pages_exists / put / get). Argument order matters here

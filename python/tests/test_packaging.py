@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The in-tree build backend (python/_build/kvlink_build.py): wheels and
 sdists hold the package and are named with kvlink's version, which nobody
 writes in pyproject.toml: it comes from include/kvlink.h's KVL_VERSION_*

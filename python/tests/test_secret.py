@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Store secrets from Python: Store(uri) passes secret_file= through to
 kvlink; a linker over a store with the writer's secret loads its pages, a
 store with another secret (or none) never reports them valid, and a bad

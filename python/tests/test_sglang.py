@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvlink.sglang driven exactly as SGLang's UnifiedCacheLinkerWrapper drives
 an external linker (sglang_driver.py), over SGLang-shaped pools
 (sglang_standins.py; numpy on the CPU here, CUDA tensors when torch has a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stores by URI: opening errors with messages, objects by key (bytes,
 pieces, numpy buffers), and stats."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Layouts and the linker over torch tensors (CPU): data pointers, strides,
 element sizes (bf16 too), slots and tokens given as tensors. Skipped
 without torch."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kvlink.vllm driven as vLLM drives a KV connector (vllm_driver.py), over
 vLLM-shaped KV caches (vllm_standins.py; numpy on the CPU, CUDA tensors
 where torch has a GPU): FlashAttention and FlashInfer layouts in NHD and

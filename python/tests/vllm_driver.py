@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A driver that plays vLLM's scheduler and its GPU workers around a KV
 connector, as vLLM's Scheduler and model runner call it, step by step.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-ins for the few vLLM types kvlink.vllm touches, written from vLLM's
 public interface (kv_connector/v1/base.py, config, kv_cache_interface,
 v1/request.py), so that the connector's tests run without vLLM.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * codec.c — the page codec: object headers, layer integrity fields (XXH3,
  * or keyed MACs from core/mac.h), read and write plans, and the one read

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * codec.h — the page codec (internal): what one page of one pool looks like
  * as a store object, and the only code that reads, writes or checks one.

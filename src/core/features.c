@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * features.c — what this build of kvlink is: its version (kvlink.h's
  * KVL_VERSION_* macros, the one source) and its optional parts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hash.c — page hashes: the chained SHA-256 names of token pages.
  *

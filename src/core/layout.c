@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * layout.c — pools, components and layers → object sizes, layer ranges,
  * page pieces, fingerprints and keys.

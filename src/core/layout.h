@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * layout.h — the finalized shape of a layout, for the page I/O and linker
  * code that needs it on hot paths (internal).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mac.c — store secrets and one-time Poly1305 tags (mac.h), on OpenSSL's
  * EVP_MAC.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mac.h — keyed integrity for objects kept outside the process (internal):
  * a store's secret and the one-time Poly1305 tags the page codec seals

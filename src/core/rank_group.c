@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rank_group.c — the in-process all-reduce of restorable sets, for ranks
  * that are threads of one process (and for tests).

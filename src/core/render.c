@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * render.c — counters as text: the append cursor and a store's counters in
  * Prometheus text or JSON (render.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * render.h — counters as text (internal): a cursor that appends into a
  * caller buffer and keeps counting past its end, so one pass both fills the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * restorable.c — restorable sets: which prompt prefixes can be restored.
  *

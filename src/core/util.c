@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util.c — small helpers of every part of kvlink: hex digits, name checks
  * and the monotonic clock (internal.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * copy.cu — the gather kernel and the copier around it (see cuda.h).
  *

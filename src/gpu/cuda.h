@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cuda.h — kvlink's GPU copies (internal; built only with CUDA).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device.c — the one place that turns "no CUDA in this build" into plain
  * failures (device.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * device.h — what the library asks of a GPU without knowing whether this
  * build has CUDA (internal): without CUDA, or without a usable device,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * claims.c — no two pages write one slot: the destination slots of the
  * queued loads (the batch the next start takes), one bit per slot of each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpu.h — what the linker's two GPU paths share (internal; CUDA builds):
  * the device and its two copiers (one driven by the loader, one by the

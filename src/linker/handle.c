@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handle.c — the engine's side of the linker: open and close, the load
  * queue, cancellation, batches, waits, offload queueing, flush and the

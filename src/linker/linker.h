@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * linker.h — the linker's state and the seams between its parts
  * (internal).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * loader.c — the loader thread: runs batches in id order, layer by layer,
  * each layer through every path in use (path.h), and completes the

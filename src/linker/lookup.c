@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lookup.c — kvl_linker_lookup: the longest prefix restorable on every
  * rank, from one batched existence query for every (page, pool) asked, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * offloader.c — the offloader thread: takes offload requests in FIFO
  * order and writes each one's pages that the store lacks, io_batch items

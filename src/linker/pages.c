@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pages.c — synchronous, batched page I/O between a layout's slots and a
  * store: one store call per kvl_pages_* call, whatever the number of pages.

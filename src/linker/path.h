@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * path.h — how a pool's bytes move between its slots and the store
  * (internal): one static const table per way, chosen for each pool at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * path_gpu.c — what the two GPU paths share (gpu.h): opening the device
  * and its copiers, gathering chunk lists into launches, layer events,

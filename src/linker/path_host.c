@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * path_host.c — the path of pools in host memory (path.h): loads read
  * each layer's bytes straight from the store into the slots, io_batch

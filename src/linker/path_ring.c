@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * path_ring.c — the path of GPU pools over a store that cannot lend its
  * memory (path.h; Redis, Mooncake, the fault wrapper).

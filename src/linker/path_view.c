@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * path_view.c — the path of GPU pools over a store that lends its memory
  * (path.h; the embedded store in pinned mode).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * prober.c — kvl_prober: which prefixes of a model's pages every rank can
  * restore, asked of the store alone, by a process that has none of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * request.c — a request's life inside the linker: built from the engine's
  * arguments (one allocation holding its pages, items, keys and headers),

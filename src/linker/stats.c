@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats.c — the linker's latency histograms, and its counters (with its
  * store's) as Prometheus text or JSON, through core/render.h.

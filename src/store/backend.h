@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend.h — the interface every store backend implements (internal:
  * store.c and the backends include it, nothing else does).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * breaker.c — a store's circuit breaker (see breaker.h).
  *

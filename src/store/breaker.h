@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * breaker.h — a store's circuit breaker (internal; the store door owns
  * one per store that has it).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * evict.c — the embedded store's eviction policies (lru, slru; evict.h)
  * and the ghost list of slru: a bounded first-in, first-out memory of

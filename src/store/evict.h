@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * evict.h — the embedded store's eviction policies (internal): which
  * object goes next when room is needed, and the memory of recently evicted

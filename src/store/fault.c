@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fault.c — the fault-injection store (scheme "fault+<inner>"): a
  * wrapper around any other store that makes its calls fail, corrupt, vanish

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hostmem.c — payload memory of the embedded store: heap blocks, or pinned
  * chunks with exact-size free lists (see hostmem.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hostmem.h — where the embedded store's payloads live (internal).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mem.c — the embedded store (scheme "mem"): an object cache in this
  * process's memory, bounded by a byte capacity (option capacity=) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mem.h — the parts of the embedded store (internal to src/store/mem*.c):
  * its object records, the key index (mem_index.c) and the record slab

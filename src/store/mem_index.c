@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mem_index.c — the embedded store's key index (mem.h): a word-at-a-time
  * key hash and the open-addressing table. Large tables are mapped on their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mem_slab.c — the embedded store's record slab (mem.h): records come from
  * three size classes in 2 MiB chunks that ask for transparent huge pages,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.c — the kvl_store handle and the one door to every backend: backend
  * choice by URI scheme, argument checks, the batch call, capabilities and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * uri.c — store URIs: one parse into a private copy, typed option getters
  * that mark what they read, the check that every option was read, and the

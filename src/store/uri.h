@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * uri.h — store URIs (internal): "scheme:rest" or
  * "scheme://authority[/path]", then an optional "?name=value&…" query.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # ctl.sh DIR start-master|stop-master|start-holder|stop-holder|stop-all
 # Starts and stops the throwaway Mooncake deployment of tests/mooncake/run.sh,
 # whose settings are in DIR/env (written by run.sh). Tests call it through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * holder.c — a Mooncake client that only contributes memory to the pool:
  * opens URI (a mooncake:// store with segment=SIZE), prints "ready", and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh CMD [ARGS…] — runs CMD against a throwaway Mooncake Store on
 # loopback: one mooncake_master and one client that holds the pool's memory
 # (tests/mooncake/holder.c), stopped when CMD ends (also when it fails or

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh MODE CMD [ARGS…] — runs CMD with throwaway Redis servers, then stops
 # them (also when CMD fails or crashes, or this script is killed).
 #

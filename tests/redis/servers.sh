@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # servers.sh — throwaway Redis servers for kvlink's tests, all under one
 # directory, listening on 127.0.0.1 only, on free high ports.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine.c — the engine around the README's minimal engine loop (a
  * fragment: tests/doc_snippets.py pastes it at the SNIPPET line below).

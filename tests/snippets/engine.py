@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # engine.py -- the engine around the minimal engine loops of README.md and
 # docs/python.md (fragments: tests/doc_snippets.py pastes each at the
 # SNIPPET line below).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine_stream.c — the engine around the README's GPU fragment (offload
  * after the engine's event; the compute stream waits for each layer).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * open.c — around a document's fragment that opens a store at a remote
  * address (tests/doc_snippets.py pastes it at the SNIPPET line below).

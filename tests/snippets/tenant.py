@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tenant.py -- around docs/python.md's tenant fragment (tests/doc_snippets.py
 # pastes it at the SNIPPET line below).
 #

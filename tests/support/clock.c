@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock.c — the monotonic clock and sleeps of clock.h.
  */

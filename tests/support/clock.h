@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock.h — time for the tests: the monotonic clock in milliseconds, in
  * nanoseconds and in seconds, and sleeping a number of milliseconds. Safe

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * faults.c — the fault store's controls of faults.h, each a read, a change
  * and a write of the whole configuration (kvl__fault_get / _set).

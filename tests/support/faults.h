@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * faults.h — the fault-injection store ("fault+<URI>", src/store_fault.h)
  * from the tests: whether this build opens one around the store under test,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpu_reader.cu — an engine kernel that still reads the KV slots: it waits
  * `spin_ns` on the GPU, then copies `len` bytes from `src` to `dst`, on the

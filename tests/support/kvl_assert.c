@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvl_assert.c — where the assertions of kvl_assert.h report a failure.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kvl_assert.h — the assertions of every test program: on failure they
  * print where (file:line), both expressions and both values (kvl_errno

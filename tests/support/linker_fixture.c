@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * linker_fixture.c — engines, requests, stores and completions of the
  * linker's test programs (linker_fixture.h).

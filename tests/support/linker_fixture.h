@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * linker_fixture.h — what the linker's test programs (tests/test_linker_*.c)
  * share: two engines of one shape, requests over their slots, the store

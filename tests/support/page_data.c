@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * page_data.c — page hashes, seeds and slot bytes of page_data.h. The byte
  * pattern mixes a byte of the hash (which one moves with offset, layer and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * page_data.h — the pages of a test: deterministic sets of page hashes (a
  * chain over consecutive tokens, as an engine hashes a prompt), namespace

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pools.c — builds an engine's memory and layout to a pools_shape
  * (pools.h). Buffers are added pool by pool, layer by layer, k before v,

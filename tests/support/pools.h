@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pools.h — an engine's pools for the tests: host memory and a kvl_layout
  * over it, of a shape the test picks:

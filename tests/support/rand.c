@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rand.c — splitmix64 (Steele, Lea and Flood's SplittableRandom finalizer
  * over a Weyl sequence) and the byte patterns of rand.h: eight bytes of one

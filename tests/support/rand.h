@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rand.h — the tests' deterministic random numbers: splitmix64 over a
  * caller's state (the same seed gives the same sequence on every machine),

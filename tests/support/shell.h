@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * shell.h — running a shell command from a test (the Redis tests drive
  * redis-cli and tests/redis/servers.sh with it). Main thread only: it

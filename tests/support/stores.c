@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stores.c — the store under test, URIs around it, asserted opens and the
  * one-key calls of stores.h. Each one-key call is written once with a flag:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stores.h — stores for the tests: the store under test (the URI in
  * $KVL_TEST_STORE_URI, which tests/redis/run.sh and tests/mooncake/run.sh

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store_mooncake.c — the Mooncake Store (scheme "mooncake"), through the C
  * API of its client library (mooncake-store/include/store_c.h), loaded at

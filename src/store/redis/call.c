@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * call.c — the Redis client's calls (see cluster.h): a set of operations
  * routed and run to completion in rounds, with redirections and retries.

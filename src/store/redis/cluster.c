@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cluster.c — the Redis client (see cluster.h): its seeds and what they
  * turn out to be, the node table, the slot map with its refresh, routing,

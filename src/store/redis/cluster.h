@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cluster.h — the Redis client of the redis:// store (internal; store.c
  * is its one user): a standalone server or a Redis Cluster, found out at

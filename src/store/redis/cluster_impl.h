@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cluster_impl.h — the Redis client's state (internal to cluster.c and
  * call.c; its user, store.c, has the opaque kvl__rcluster of cluster.h).

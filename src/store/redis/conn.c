@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conn.c — one connection to one Redis node: connect, handshake and
  * control commands through hiredis (see conn.h). The data path over the

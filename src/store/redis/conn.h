@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conn.h — one connection to one Redis node (internal): connect and
  * handshake, control commands, and what the rest of the redis:// store

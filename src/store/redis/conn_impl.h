@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * conn_impl.h — the state of one connection (internal to conn.c and
  * pipeline.c; nothing else includes it: everyone else has the opaque

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * node.c — one Redis node: its pool of idle connections and its failure
  * record (see node.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * node.h — one Redis node as the Redis client sees it (internal; used by
  * cluster.c, call.c and probe.c): its address, its pool of idle

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pipeline.c — the zero-copy pipelined data path of a connection: the
  * commands written into send windows, the replies parsed as they arrive

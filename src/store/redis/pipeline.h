@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pipeline.h — the zero-copy pipelined data path of one connection
  * (internal): the operations of the redis:// store (kvl__rop), and the run

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * probe.c — the Redis client's prober: one thread per client, started the
  * first time a node goes down, that reconnects down nodes in the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spec.c — key slots, redirection errors and addresses of the
  * Redis Cluster specification, and INFO fields (see spec.h). Pure

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spec.h — the pure parts of the Redis Cluster specification (and of
  * INFO replies) that the redis:// store needs (internal; no I/O, no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * store.c — the Redis store (schemes "redis" and "rediss"): what
  * kvl_store's calls mean in Redis commands, over the Redis client of

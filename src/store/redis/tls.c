@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tls.c — TLS for rediss:// connections with OpenSSL (see tls.h).
  *

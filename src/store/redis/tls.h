@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tls.h — TLS for the connections of the rediss:// store (internal): one
  * OpenSSL context per store (CA, client certificate, server name) and, per
