@@ -1,0 +1,58 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# pkgconfig.sh BUILD VERSION — installs the build into a throwaway prefix
+# (cmake --install --prefix) and builds a consumer of kvlink.h against it
+# with pkg-config: linked with the shared library, and with the static one
+# and `pkg-config --static`'s libraries. Both must run and report VERSION.
+# Exits 77 (skipped) without pkg-config or cc, and in sanitizer builds
+# (whose library an unsanitized consumer cannot link).
+build=${1:?usage: pkgconfig.sh BUILD VERSION}
+want=${2:?usage: pkgconfig.sh BUILD VERSION}
+if [ -n "$KVLINK_SANITIZE" ]; then
+	echo "SKIP: sanitizer build ($KVLINK_SANITIZE)"
+	exit 77
+fi
+for t in pkg-config cc cmake; do
+	command -v "$t" >/dev/null 2>&1 || { echo "SKIP: no $t"; exit 77; }
+done
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
+	{ cat "$tmp/install.log"; echo "FAIL: cmake --install"; exit 1; }
+pc=$(find "$tmp/prefix" -name kvlink.pc)
+[ -n "$pc" ] || { echo "FAIL: no kvlink.pc installed"; exit 1; }
+export PKG_CONFIG_PATH="$(dirname "$pc")"
+flags=$(pkg-config --cflags --libs kvlink) ||
+	{ echo "FAIL: pkg-config kvlink"; exit 1; }
+case "$flags" in
+*"$tmp/prefix"*) ;;
+*) echo "FAIL: pkg-config points outside the prefix: $flags"; exit 1 ;;
+esac
+libdir=$(pkg-config --variable=libdir kvlink)
+cat >"$tmp/consumer.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <kvlink.h>
+int main(int argc, char **argv)
+{
+	kvl_store *s = NULL;
+	if (kvl_store_open("mem:", &s, NULL, 0))
+		return 1;
+	kvl_store_close(s);
+	printf("%s\n", kvl_version());
+	return argc > 1 && strcmp(argv[1], kvl_version()) ? 2 : 0;
+}
+C
+# shellcheck disable=SC2086
+cc "$tmp/consumer.c" $(pkg-config --cflags --libs kvlink) \
+	-o "$tmp/dynamic" || { echo "FAIL: linking against libkvlink.so"; exit 1; }
+LD_LIBRARY_PATH="$libdir" "$tmp/dynamic" "$want" ||
+	{ echo "FAIL: the dynamically linked consumer"; exit 1; }
+static_libs=$(pkg-config --static --libs kvlink | sed 's/-lkvlink//') ||
+	{ echo "FAIL: pkg-config --static"; exit 1; }
+# shellcheck disable=SC2086
+cc "$tmp/consumer.c" $(pkg-config --cflags kvlink) "$libdir/libkvlink.a" \
+	$static_libs -o "$tmp/static" ||
+	{ echo "FAIL: linking against libkvlink.a with pkg-config --static's libraries"; exit 1; }
+"$tmp/static" "$want" || { echo "FAIL: the statically linked consumer"; exit 1; }
+echo "ok: pkg-config in $tmp/prefix; shared and static consumers report $want"
