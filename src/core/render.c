@@ -58,12 +58,17 @@ static void put_count(kvl__cursor *c, uint64_t v, const char *unknown)
 void kvl__render_store_prom(kvl__cursor *c, const kvl_store_stats *s,
                             const char *note)
 {
+	/* Prometheus names counters *_total; JSON keeps the field names. */
 #define STORE_PROM_(name, type, help)                                   \
-	kvl__put(c, "# HELP kvlink_store_" #name " %s\n# TYPE "          \
-	            "kvlink_store_" #name " %s\nkvlink_store_" #name " ", \
-	         help, type);                                            \
-	put_count(c, s->name, "NaN");                                    \
-	kvl__put(c, "\n");
+	{                                                                \
+		const char *sfx = strcmp(type, "counter") ? "" : "_total"; \
+		kvl__put(c, "# HELP kvlink_store_" #name "%s %s\n# TYPE " \
+		            "kvlink_store_" #name "%s %s\nkvlink_store_"  \
+		            #name "%s ",                                  \
+		         sfx, help, sfx, type, sfx);                      \
+		put_count(c, s->name, "NaN");                            \
+		kvl__put(c, "\n");                                       \
+	}
 	STORE_FIELDS(STORE_PROM_)
 #undef STORE_PROM_
 	if (note && note[0]) /* a comment: scrapers skip it */

@@ -37,6 +37,21 @@ static const struct {
 	 offsetof(kvl__linker_stats, offload_ns)},
 };
 
+/* A bucket's bound, 2^b microseconds, in seconds and exactly (%g would
+ * round 1.048576 to 1.04858). */
+static void put_bound_seconds(kvl__cursor *c, int b)
+{
+	unsigned long long us = 1ull << b;
+	char frac[8];
+	int n = snprintf(frac, sizeof frac, "%06llu", us % 1000000);
+	while (n > 1 && frac[n - 1] == '0')
+		frac[--n] = '\0';
+	if (us % 1000000 == 0)
+		kvl__put(c, "%llu", us / 1000000);
+	else
+		kvl__put(c, "%llu.%s", us / 1000000, frac);
+}
+
 static void hist_prom(kvl__cursor *c, const char *name, const char *help,
                       const kvl__hist *h)
 {
@@ -46,8 +61,9 @@ static void hist_prom(kvl__cursor *c, const char *name, const char *help,
 	uint64_t cum = 0;
 	for (int b = 0; b < KVL__HIST_BUCKETS; b++) {
 		cum += ld(&h->bucket[b]);
-		kvl__put(c, "kvlink_%s_seconds_bucket{le=\"%g\"} %llu\n", name,
-		    (double)(1ull << b) / 1e6, (unsigned long long)cum);
+		kvl__put(c, "kvlink_%s_seconds_bucket{le=\"", name);
+		put_bound_seconds(c, b);
+		kvl__put(c, "\"} %llu\n", (unsigned long long)cum);
 	}
 	cum += ld(&h->bucket[KVL__HIST_BUCKETS]);
 	kvl__put(c, "kvlink_%s_seconds_bucket{le=\"+Inf\"} %llu\n", name,
