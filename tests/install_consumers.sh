@@ -1,13 +1,15 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# pkgconfig.sh BUILD VERSION — installs the build into a throwaway prefix
-# (cmake --install --prefix) and builds a consumer of kvlink.h against it
-# with pkg-config: linked with the shared library, and with the static one
-# and `pkg-config --static`'s libraries. Both must run and report VERSION.
-# Exits 77 (skipped) without pkg-config or cc, and in sanitizer builds
-# (whose library an unsanitized consumer cannot link).
-build=${1:?usage: pkgconfig.sh BUILD VERSION}
-want=${2:?usage: pkgconfig.sh BUILD VERSION}
+# install_consumers.sh BUILD VERSION — installs the build into a throwaway
+# prefix (cmake --install --prefix) and builds a consumer of kvlink.h
+# against it, four ways: with pkg-config, linked with the shared library,
+# and with the static one and `pkg-config --static`'s libraries; with CMake
+# (find_package(kvlink VERSION)), linked with kvlink::kvlink and with
+# kvlink::kvlink_static. Each must run and report VERSION. Exits 77
+# (skipped) without pkg-config or cc, and in sanitizer builds (whose
+# library an unsanitized consumer cannot link).
+build=${1:?usage: install_consumers.sh BUILD VERSION}
+want=${2:?usage: install_consumers.sh BUILD VERSION}
 if [ -n "$KVLINK_SANITIZE" ]; then
 	echo "SKIP: sanitizer build ($KVLINK_SANITIZE)"
 	exit 77
@@ -55,4 +57,25 @@ cc "$tmp/consumer.c" $(pkg-config --cflags kvlink) "$libdir/libkvlink.a" \
 	$static_libs -o "$tmp/static" ||
 	{ echo "FAIL: linking against libkvlink.a with pkg-config --static's libraries"; exit 1; }
 "$tmp/static" "$want" || { echo "FAIL: the statically linked consumer"; exit 1; }
-echo "ok: pkg-config in $tmp/prefix; shared and static consumers report $want"
+
+# CMake: find_package with this version (a 0.x minor is all that fits).
+mkdir "$tmp/cmake"
+cp "$tmp/consumer.c" "$tmp/cmake/"
+cat >"$tmp/cmake/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.18)
+project(consumer C)
+find_package(kvlink $want EXACT REQUIRED)
+add_executable(shared consumer.c)
+target_link_libraries(shared PRIVATE kvlink::kvlink)
+add_executable(static consumer.c)
+target_link_libraries(static PRIVATE kvlink::kvlink_static)
+CMAKE
+cmake -S "$tmp/cmake" -B "$tmp/cmake/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+	>"$tmp/cmake.log" 2>&1 &&
+	cmake --build "$tmp/cmake/build" >>"$tmp/cmake.log" 2>&1 ||
+	{ cat "$tmp/cmake.log"; echo "FAIL: a CMake consumer (find_package(kvlink))"; exit 1; }
+for prog in shared static; do
+	"$tmp/cmake/build/$prog" "$want" ||
+		{ echo "FAIL: the CMake consumer linked $prog"; exit 1; }
+done
+echo "ok: pkg-config and find_package(kvlink) in $tmp/prefix; shared and static consumers report $want"
