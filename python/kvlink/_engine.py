@@ -132,4 +132,42 @@ def config(given: Optional[Dict[str, Any]], defaults: Dict[str, Any],
     return {**defaults, **cfg}
 
 
-__all__ = ["StoreLink", "Warnings", "check_numbers", "config", "model_tag"]
+class EngineClass:
+    """An adapter's engine-facing class, built on first use as a subclass
+    of the engine's base class, so that importing the adapter needs no
+    engine: ``module.__getattr__`` returns ``get(name)``.
+
+    name       the class's name in the adapter module (``module``);
+    impl       the adapter's implementation (first in the MRO);
+    base_path  ``"package.module.BaseClass"`` of the engine's base;
+    engine     the engine's name, for the error without it."""
+
+    def __init__(self, module: str, name: str, impl: type, base_path: str,
+                 engine: str):
+        self._module, self._name, self._impl = module, name, impl
+        self._base_module, _, self._base_name = base_path.rpartition(".")
+        self._engine = engine
+        self._cls: Optional[type] = None
+
+    def get(self, name: str) -> type:
+        if name != self._name:
+            raise AttributeError(f"module {self._module!r} has no attribute "
+                                 f"{name!r}")
+        if self._cls is None:
+            try:
+                base = getattr(__import__(self._base_module, fromlist=["_"]),
+                               self._base_name)
+            except (ImportError, AttributeError) as e:
+                raise ImportError(
+                    f"{self._module}.{self._name} needs {self._engine}'s "
+                    f"{self._base_module}.{self._base_name}: {e}") from e
+            # The engine's base is an ABC: its metaclass builds the class,
+            # and finds every abstract method implemented.
+            self._cls = type(base)(self._name, (self._impl, base),
+                                   {"__module__": self._module,
+                                    "__doc__": self._impl.__doc__})
+        return self._cls
+
+
+__all__ = ["EngineClass", "StoreLink", "Warnings", "check_numbers", "config",
+           "model_tag"]

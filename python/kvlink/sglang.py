@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import _sglang_pools as pools
-from ._engine import StoreLink, Warnings, check_numbers, config, model_tag
+from ._engine import EngineClass, StoreLink, Warnings, check_numbers, \
+    config, model_tag
 from .errors import KvlinkError
 from .layout import Layout, MemKind
 from .linker import NO_SLOT, Linker
@@ -534,27 +535,15 @@ def _group_resolver(kvcache: Any, params: Any, components: Any):
     return None
 
 
-_built: Dict[str, type] = {}
+_class = EngineClass(__name__, "KvlinkLinker", _KvlinkLinker,
+                     _ABC_MODULE + ".UnifiedCacheLinker", "SGLang")
 
 
 def __getattr__(name: str) -> Any:
     """``KvlinkLinker``: the linker class, built on first use as a subclass
     of SGLang's UnifiedCacheLinker (so importing this module needs no
     SGLang)."""
-    if name != "KvlinkLinker":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _built:
-        try:
-            base = __import__(_ABC_MODULE, fromlist=["_"]).UnifiedCacheLinker
-        except (ImportError, AttributeError) as e:
-            raise ImportError(f"kvlink.sglang.KvlinkLinker needs SGLang's "
-                              f"{_ABC_MODULE}.UnifiedCacheLinker: {e}") from e
-        # SGLang's base is an ABC: its metaclass builds the class, and
-        # finds every abstract method implemented.
-        _built[name] = type(base)(name, (_KvlinkLinker, base),
-                                  {"__module__": __name__,
-                                   "__doc__": _KvlinkLinker.__doc__})
-    return _built[name]
+    return _class.get(name)
 
 
 # KvlinkLinker is left out: ``import *`` must work without SGLang.

@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import _vllm_layout as vl
-from ._engine import StoreLink, Warnings, check_numbers, config, model_tag
+from ._engine import EngineClass, StoreLink, Warnings, check_numbers, \
+    config, model_tag
 from .errors import KvlinkError
 from .hashes import hash_pages, namespace_seed
 from .layout import MemKind, Shard
@@ -456,25 +457,15 @@ class _KvlinkConnector:
                 link.close()
 
 
-_built: Dict[str, type] = {}
+_class = EngineClass(__name__, "KvlinkConnector", _KvlinkConnector,
+                     _BASE_MODULE + ".KVConnectorBase_V1", "vLLM")
 
 
 def __getattr__(name: str) -> Any:
     """``KvlinkConnector``: the connector class, built on first use as a
     subclass of vLLM's KVConnectorBase_V1 (so importing this module needs
     no vLLM)."""
-    if name != "KvlinkConnector":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _built:
-        try:
-            base = __import__(_BASE_MODULE, fromlist=["_"]).KVConnectorBase_V1
-        except (ImportError, AttributeError) as e:
-            raise ImportError(f"kvlink.vllm.KvlinkConnector needs vLLM's "
-                              f"{_BASE_MODULE}.KVConnectorBase_V1: {e}") from e
-        _built[name] = type(base)(name, (_KvlinkConnector, base),
-                                  {"__module__": __name__,
-                                   "__doc__": _KvlinkConnector.__doc__})
-    return _built[name]
+    return _class.get(name)
 
 
 # KvlinkConnector is left out: ``import *`` must work without vLLM.
