@@ -8,6 +8,7 @@ They need numpy; without it the whole suite is skipped.
 """
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -74,3 +75,46 @@ def engines(store):
     for e in out:
         e.lk.close()
         e.layout.close()
+
+
+# ------------------------------------------------- the engine adapters' tests
+
+def _cuda_ok():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available() and kvl.has_feature("cuda")
+
+
+#: Where the adapters' engine-shaped pools live: numpy arrays on the CPU,
+#: and CUDA tensors (the engines' real case, with stream-ordered waits)
+#: where torch has a GPU and kvlink has CUDA.
+DEVICES = ["cpu"] + (["cuda"] if _cuda_ok() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def dev(request):
+    return request.param
+
+
+def check_adapter_import(module, cls, engine, base):
+    """A fresh interpreter imports kvlink.<module> without `engine` (and
+    without torch), and kvlink.<module>.<cls> then names the engine's
+    `base` class it needs."""
+    code = (f"import sys\n"
+            f"import kvlink.{module} as m\n"
+            f"assert {engine!r} not in sys.modules and 'torch' not in "
+            f"sys.modules\n"
+            f"try:\n"
+            f"    m.{cls}\n"
+            f"except ImportError as e:\n"
+            f"    assert {base!r} in str(e), e\n"
+            f"else:\n"
+            f"    raise SystemExit('{cls} built without {engine}')\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in sys.path if p and os.path.isdir(os.path.join(p, "kvlink")))
+    r = subprocess.run([sys.executable, "-c", code], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr

@@ -17,7 +17,7 @@ import types
 
 import pytest
 
-from conftest import np
+from conftest import check_adapter_import, np
 import kvlink as kvl
 import sglang_standins as sg
 from sglang_driver import (ComponentType, MinAllReduce, PoolName,
@@ -29,24 +29,6 @@ SLOTS = 64       # page slots per pool, slot 0 is SGLang's padding page
 CONFIG = {"linker": "KvlinkLinker", "linker_module_path": "kvlink.sglang"}
 T = 30.0
 
-
-def _cuda_ok():
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available() and kvl.has_feature("cuda")
-
-
-#: Where the pools live: numpy arrays on the CPU, and CUDA tensors (SGLang's
-#: real case, with stream-ordered waits) where torch has a GPU and kvlink
-#: has CUDA.
-DEVICES = ["cpu"] + (["cuda"] if _cuda_ok() else [])
-
-
-@pytest.fixture(params=DEVICES)
-def dev(request):
-    return request.param
 
 
 def alloc_fn(seed=None, dev="cpu"):
@@ -186,24 +168,8 @@ def offload_prompt(srv, keys, slots, node="n"):
 def test_import_needs_no_sglang():
     """import kvlink.sglang works without SGLang (and without torch);
     the class says what it needs when SGLang is missing."""
-    code = ("import sys\n"
-            "import kvlink.sglang as s\n"
-            "assert 'sglang' not in sys.modules and 'torch' not in "
-            "sys.modules\n"
-            "try:\n"
-            "    s.KvlinkLinker\n"
-            "except ImportError as e:\n"
-            "    assert 'UnifiedCacheLinker' in str(e), e\n"
-            "else:\n"
-            "    raise SystemExit('KvlinkLinker built without SGLang')\n")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in sys.path if p and os.path.isdir(os.path.join(p, "kvlink")))
-    r = subprocess.run([sys.executable, "-c", code], env=env,
-                       capture_output=True, text=True, timeout=60)
-    if "No module named 'sglang'" not in r.stderr and r.returncode:
-        pytest.fail(r.stderr)
-    assert r.returncode == 0, r.stderr
+    check_adapter_import("sglang", "KvlinkLinker", "sglang",
+                         "UnifiedCacheLinker")
 
 
 def test_factory_and_config():

@@ -208,11 +208,9 @@ class FullAttentionSpec:
 
 
 @dataclass
-class MLAAttentionSpec:
-    block_size: int
-    num_kv_heads: int
-    head_size: int
-    dtype: Any
+class MLAAttentionSpec(FullAttentionSpec):
+    """One latent per token (vLLM's MLAAttentionSpec is a
+    FullAttentionSpec too)."""
 
     @property
     def page_size_bytes(self) -> int:
