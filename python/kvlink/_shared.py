@@ -7,8 +7,9 @@ under a call."""
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 from . import _lib
 from ._args import CallGuard
@@ -75,3 +76,21 @@ class SharedHandle(Closable):
                 self._free()
 
         guard.close(free, check)
+
+
+@contextlib.contextmanager
+def opening_over(user: Any, used: Sequence[SharedHandle]) -> Iterator[None]:
+    """The objects `user` (a linker, a prober) opens over: they stay open
+    while the body opens it (their close waits), and are in use by it
+    (they refuse to close) once the body returned without an error."""
+    entered = []
+    try:
+        for obj in used:
+            obj._guard.enter()
+            entered.append(obj)
+        yield
+        for obj in used:
+            obj._users.add(user)
+    finally:
+        for obj in entered:
+            obj._guard.leave()

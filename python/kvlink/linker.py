@@ -42,7 +42,7 @@ from . import _lib
 from ._args import CallGuard, c_int, guarded
 from ._buffers import event_handle, stream_handle
 from ._lib import kvl_completion, kvl_linker_opts, lib
-from ._shared import Closable, SharedHandle
+from ._shared import Closable, SharedHandle, opening_over
 from .errors import InvalidArgument, KvlinkError, StateError, check, \
     make_error
 from .hashes import HashesLike, hash_array
@@ -199,26 +199,15 @@ class Linker(Closable):
             self._cb = _lib.kvl_allreduce_fn(self._trampoline)
             opts.allreduce = self._cb
         err = ctypes.create_string_buffer(512)
-        # The layout, store and rank group stay open while the linker
-        # opens (their close waits), and are in use by it once it is open.
         used = [layout, store] + ([allreduce] if isinstance(
             allreduce, RankGroup) else [])
-        entered = []
-        try:
-            for obj in used:
-                obj._guard.enter()
-                entered.append(obj)
+        with opening_over(self, used):
             rc = lib.kvl_linker_open(store._handle, layout._handle,
                                      ctypes.byref(opts),
                                      ctypes.byref(self._h), err, len(err))
             check(rc, lambda: err.value.decode(errors="replace"),
                   "open linker")
             self._n_pools = layout.pool_count
-            for obj in used:
-                obj._users.add(self)
-        finally:
-            for obj in entered:
-                obj._guard.leave()
 
     # ---------------------------------------------------------- internals
 
@@ -291,15 +280,30 @@ class Linker(Closable):
                                   f"slots of pool {pool}: page {i}"))
         return (ctypes.c_size_t * n_pages)(*vals)
 
-    def _slots(self, slots: Slots, n_pages: int):
-        rows: List[Any] = [None] * self._n_pools
-        if isinstance(slots, Mapping):
-            for pool, row in slots.items():
+    def _pool_rows(self, value: Any, what: str) -> List[Any]:
+        """One entry per pool from a {pool name or id: entry} mapping
+        (None for the pools it leaves out) or a per-pool sequence."""
+        if isinstance(value, Mapping):
+            rows: List[Any] = [None] * self._n_pools
+            for pool, row in value.items():
                 pid = self._layout.pool_ref(pool)
                 if not 0 <= pid < self._n_pools:
                     raise InvalidArgument(_lib.KVL_EINVAL,
-                                          f"slots: no pool {pool!r}")
+                                          f"{what}: no pool {pool!r}")
                 rows[pid] = row
+            return rows
+        rows = list(value)
+        if len(rows) != self._n_pools:
+            raise InvalidArgument(
+                _lib.KVL_EINVAL,
+                f"{what}: {len(rows)} per-pool entries for "
+                f"{self._n_pools} pools")
+        return rows
+
+    def _slots(self, slots: Slots, n_pages: int):
+        rows: List[Any] = [None] * self._n_pools
+        if isinstance(slots, Mapping):
+            rows = self._pool_rows(slots, "slots")
         else:
             if hasattr(slots, "tolist") and not (
                     _np is not None and isinstance(slots, _np.ndarray) and
@@ -309,12 +313,7 @@ class Linker(Closable):
                             isinstance(slots, _np.ndarray)) and any(
                 x is not None and not _is_int(x) for x in slots)
             if per_pool:
-                rows = list(slots)
-                if len(rows) != self._n_pools:
-                    raise InvalidArgument(
-                        _lib.KVL_EINVAL,
-                        f"slots: {len(rows)} per-pool entries for "
-                        f"{self._n_pools} pools")
+                rows = self._pool_rows(slots, "slots")
             elif self._n_pools != 1:
                 raise InvalidArgument(
                     _lib.KVL_EINVAL,
@@ -406,17 +405,7 @@ class Linker(Closable):
         """(C array of per-pool flag rows or None, what keeps them alive)."""
         if pool_pages is None:
             return None, []
-        rows: List[Any] = [None] * self._n_pools
-        if isinstance(pool_pages, Mapping):
-            for k, v in pool_pages.items():
-                rows[self._layout.pool_ref(k)] = v
-        else:
-            rows = list(pool_pages)
-            if len(rows) != self._n_pools:
-                raise InvalidArgument(
-                    _lib.KVL_EINVAL,
-                    f"pool_pages: {len(rows)} entries for "
-                    f"{self._n_pools} pools")
+        rows = self._pool_rows(pool_pages, "pool_pages")
         pp = (ctypes.POINTER(ctypes.c_uint8) * self._n_pools)()
         keep = []
         for i, r in enumerate(rows):

@@ -26,7 +26,7 @@ from typing import FrozenSet, Sequence
 from . import _lib
 from ._args import CallGuard, guarded
 from ._lib import lib
-from ._shared import Closable
+from ._shared import Closable, opening_over
 from .errors import StateError, check
 from .hashes import HashesLike, hash_array
 from .layout import Layout
@@ -59,14 +59,7 @@ class Prober(Closable):
         self._h = _lib.ProberP()
         self._guard = CallGuard("prober")
         self._store, self._stages = store, stages
-        # The store and layouts stay open while the prober opens, and are
-        # in use by it (they refuse to close) once it is open.
-        used = [store] + stages
-        entered = []
-        try:
-            for obj in used:
-                obj._guard.enter()
-                entered.append(obj)
+        with opening_over(self, [store] + stages):
             arr = (_lib.LayoutP * max(len(stages), 1))(
                 *[lay._handle for lay in stages])
             err = ctypes.create_string_buffer(512)
@@ -74,11 +67,6 @@ class Prober(Closable):
                                      len(stages), ctypes.byref(self._h), err,
                                      len(err))
             check(rc, lambda: err.value.decode(errors="replace"), "Prober")
-            for obj in used:
-                obj._users.add(self)
-        finally:
-            for obj in entered:
-                obj._guard.leave()
 
     @property
     def _handle(self):
