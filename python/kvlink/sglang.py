@@ -393,13 +393,18 @@ class _KvlinkLinker:
             if len(got) < 256:
                 return
 
-    def _loads_done(self) -> int:
+    def _leading(self, queue: Any, ids: Any) -> int:
+        """How many entries at the head of `queue` are finished: every id
+        ids(entry) gives has its completion."""
         n = 0
-        for b in self._batches:
-            if not all(i in self._done for i in b.ids):
+        for entry in queue:
+            if not all(i in self._done for i in ids(entry)):
                 break
             n += 1
         return n
+
+    def _loads_done(self) -> int:
+        return self._leading(self._batches, lambda b: b.ids)
 
     def num_completed_loads(self) -> int:
         with self._mu:
@@ -453,12 +458,7 @@ class _KvlinkLinker:
         return True
 
     def _offloads_done(self) -> int:
-        n = 0
-        for o in self._offloads:
-            if o.id not in self._done:
-                break
-            n += 1
-        return n
+        return self._leading(self._offloads, lambda o: (o.id,))
 
     def num_completed_offloads(self) -> int:
         with self._mu:
