@@ -101,4 +101,15 @@ struct timespec kvl__deadline_after(uint32_t ms);
  * kvl__deadline_after. 0, or pthread's error. */
 int kvl__cond_init_monotonic(pthread_cond_t *cv);
 
+/* Leaves only the empty prefix (bit 0) in a restorable set of `words`
+ * words: what a lookup that failed offers. */
+void kvl__set_empty(uint64_t *bits, size_t words);
+
+/* The checks of a call that writes the restorable set of n_pages pages
+ * into bits (n_words words): KVL_EINVAL for NULL bits, KVL_ERANGE when
+ * n_words is too small (a message naming `op` in e; nothing written);
+ * else 0, and bits hold the empty prefix until the call writes more. */
+int kvl__set_out(kvl__err *e, const char *op, uint64_t *bits, size_t n_words,
+                 size_t n_pages);
+
 #endif /* KVL_INTERNAL_H */

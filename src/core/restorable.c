@@ -110,6 +110,27 @@ int kvl_restorable_set(const kvl_policy *policies,
 	return KVL_OK;
 }
 
+void kvl__set_empty(uint64_t *bits, size_t words)
+{
+	memset(bits, 0, words * 8);
+	bits[0] = 1;
+}
+
+int kvl__set_out(kvl__err *e, const char *op, uint64_t *bits, size_t n_words,
+                 size_t n_pages)
+{
+	if (!bits)
+		return kvl__fail(e, KVL_EINVAL, "%s: bits is NULL", op);
+	size_t words = kvl_bitmap_words(n_pages);
+	if (n_words < words)
+		return kvl__fail(e, KVL_ERANGE,
+		                 "%s: %zu pages need %zu bitmap words, n_words "
+		                 "is %zu",
+		                 op, n_pages, words, n_words);
+	kvl__set_empty(bits, words);
+	return 0;
+}
+
 size_t kvl_bitmap_max(const uint64_t *bits, size_t n_words)
 {
 	if (!bits)

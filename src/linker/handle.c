@@ -230,10 +230,7 @@ void kvl_linker_close(kvl_linker *lk)
 	free(lk->pool_path);
 	free(lk->comp);
 	free(lk->lookup.bits);
-	free(lk->lookup.keys);
-	free(lk->lookup.keyp);
-	free(lk->lookup.res);
-	free(lk->lookup.flags);
+	kvl__keyset_free(&lk->lookup.keys);
 	free(lk->policies);
 	pthread_mutex_destroy(&lk->lookup.mu);
 	pthread_cond_destroy(&lk->cv_loader);

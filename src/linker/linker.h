@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 
 #include "core/codec.h"
+#include "linker/keyset.h"
 #include "linker/stats.h"
 #include "store/store.h"
 
@@ -96,11 +97,7 @@ typedef struct lk_io {
 /* Scratch of lookups: grown to the largest lookup seen, reused after. */
 typedef struct lk_lookup {
 	pthread_mutex_t mu; /* one lookup at a time uses the scratch */
-	size_t cap;         /* items (page × pool) the arrays hold */
-	char *keys;         /* cap × KVL_KEY_MAX */
-	const char **keyp;
-	int *res;
-	uint8_t *flags;
+	kvl__keyset keys;   /* one key per (page, pool) asked */
 	uint64_t *bits;     /* words for max_request_pages, from open */
 } lk_lookup;
 

@@ -14,44 +14,17 @@
 
 #include "linker/linker.h"
 
-/* Makes the lookup scratch hold `items` keys (grows, never shrinks: after
- * warm-up lookups allocate nothing). Caller holds lookup_mu. */
-static int lookup_reserve(kvl_linker *lk, size_t items)
-{
-	lk_lookup *s = &lk->lookup;
-	if (items <= s->cap)
-		return 0;
-	size_t cap = s->cap ? s->cap : 1024;
-	while (cap < items)
-		cap *= 2;
-	char *keys = realloc(s->keys, cap * KVL_KEY_MAX);
-	if (keys)
-		s->keys = keys;
-	const char **keyp = realloc(s->keyp, cap * sizeof *keyp);
-	if (keyp)
-		s->keyp = keyp;
-	int *res = realloc(s->res, cap * sizeof *res);
-	if (res)
-		s->res = res;
-	uint8_t *flags = realloc(s->flags, cap);
-	if (flags)
-		s->flags = flags;
-	if (!keys || !keyp || !res || !flags)
-		return KVL_ENOMEM;
-	s->cap = cap;
-	return 0;
-}
-
 /* The restorable set of this rank, into lk->lookup.bits. Caller holds
  * lookup_mu. */
 static int lookup_local(kvl_linker *lk, const char *op, const kvl_hash *pages,
                         size_t n_pages, const uint8_t *const *pool_pages)
 {
 	lk_lookup *s = &lk->lookup;
+	kvl__keyset *k = &s->keys;
 	size_t np = lk->layout->n_pools;
 	if (n_pages == 0) /* only the empty prefix; the scratch may not exist */
 		return kvl_restorable_set(NULL, NULL, 0, 0, s->bits, 1);
-	if (lookup_reserve(lk, n_pages * np))
+	if (kvl__keyset_reserve(k, n_pages * np))
 		return kvl__fail(&lk->err, KVL_ENOMEM, "%s: out of memory", op);
 	size_t m = 0;
 	for (size_t pi = 0; pi < np; pi++) {
@@ -60,8 +33,7 @@ static int lookup_local(kvl_linker *lk, const char *op, const kvl_hash *pages,
 		for (size_t j = 0; j < n_pages; j++) {
 			if (want && !want[j])
 				continue;
-			s->keyp[m] = s->keys + m * KVL_KEY_MAX;
-			kvl__pool_key(p, &pages[j], s->keys + m * KVL_KEY_MAX);
+			kvl__pool_key(p, &pages[j], kvl__keyset_key(k, m));
 			m++;
 		}
 	}
@@ -69,21 +41,21 @@ static int lookup_local(kvl_linker *lk, const char *op, const kvl_hash *pages,
 		return kvl__fail(&lk->err, KVL_EINVAL,
 		                 "%s: pool_pages asks for no page", op);
 	/* One batched existence query for every (page, pool) asked. */
-	int rc = m ? kvl_store_exists(lk->store, s->keyp, m, s->res) : 0;
+	int rc = m ? kvl_store_exists(lk->store, k->keyp, m, k->res) : 0;
 	if (rc)
 		return kvl__fail(&lk->err, rc, "%s: store: %s", op,
 		                 kvl_store_errmsg(lk->store));
 	const uint8_t *present[np ? np : 1];
-	memset(s->flags, 0, n_pages * np);
+	memset(k->flags, 0, n_pages * np);
 	m = 0;
 	for (size_t pi = 0; pi < np; pi++) {
 		const uint8_t *want = pool_pages ? pool_pages[pi] : NULL;
-		uint8_t *flags = s->flags + pi * n_pages;
+		uint8_t *flags = k->flags + pi * n_pages;
 		size_t asked = 0;
 		for (size_t j = 0; j < n_pages; j++) {
 			if (want && !want[j])
 				continue;
-			int res = s->res[m++];
+			int res = k->res[m++];
 			if (res < 0) /* a store that cannot tell is not a miss */
 				return kvl__fail(&lk->err, res,
 				                 "%s: store: page %zu of pool "
@@ -121,8 +93,7 @@ static int lookup_begin(kvl_linker *lk, const char *op, const kvl_hash *pages,
 	if (rc) {
 		/* Offer only the empty prefix, so that ranks which all-reduce
 		 * what this call returns never restore through a failure. */
-		memset(s->bits, 0, kvl_bitmap_words(n_pages) * 8);
-		s->bits[0] = 1;
+		kvl__set_empty(s->bits, kvl_bitmap_words(n_pages));
 	}
 	return rc;
 }
@@ -178,22 +149,15 @@ int kvl_linker_lookup_set(kvl_linker *lk, const kvl_hash *pages,
 {
 	if (!lk)
 		return KVL_EINVAL;
-	if (!bits)
-		return kvl__fail(&lk->err, KVL_EINVAL,
-		                 "lookup_set: bits is NULL");
+	/* Whatever fails after these checks leaves the empty prefix. */
+	int rc = kvl__set_out(&lk->err, "lookup_set", bits, n_words, n_pages);
+	if (rc)
+		return rc;
 	size_t words = kvl_bitmap_words(n_pages);
-	if (n_words < words)
-		return kvl__fail(&lk->err, KVL_ERANGE,
-		                 "lookup_set: %zu pages need %zu bitmap words, "
-		                 "n_words is %zu",
-		                 n_pages, words, n_words);
-	/* Whatever fails below leaves the empty prefix. */
-	memset(bits, 0, words * 8);
-	bits[0] = 1;
 	uint64_t t0 = kvl__now_ns();
 	int locked;
-	int rc = lookup_begin(lk, "lookup_set", pages, n_pages, pool_pages,
-	                      &locked);
+	rc = lookup_begin(lk, "lookup_set", pages, n_pages, pool_pages,
+	                  &locked);
 	if (!locked)
 		return rc;
 	memcpy(bits, lk->lookup.bits, words * 8);

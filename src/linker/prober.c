@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "core/layout.h"
+#include "linker/keyset.h"
 
 typedef struct target {
 	const kvl__pool *pool;
@@ -31,13 +32,10 @@ struct kvl_prober {
 	target *targets;
 	size_t n_targets;
 	pthread_mutex_t mu;
-	size_t cap;     /* keys the scratch holds */
-	char *keys;     /* cap × KVL_KEY_MAX */
-	const char **keyp;
-	int *res;
-	uint8_t *present;
-	uint64_t *one;  /* one target's set */
-	size_t one_words;
+	kvl__keyset keys; /* one key per (target, page); flags: present */
+	uint64_t *one;    /* one target's set */
+	uint64_t *all;    /* the intersection, for kvl_prober_lookup */
+	size_t words;     /* of one and all */
 	kvl__err err;
 };
 
@@ -145,11 +143,9 @@ void kvl_prober_close(kvl_prober *pr)
 		return;
 	pthread_mutex_destroy(&pr->mu);
 	kvl__err_destroy(&pr->err);
-	free(pr->keys);
-	free(pr->keyp);
-	free(pr->res);
-	free(pr->present);
+	kvl__keyset_free(&pr->keys);
 	free(pr->one);
+	free(pr->all);
 	free(pr->targets);
 	free(pr);
 }
@@ -159,75 +155,71 @@ const char *kvl_prober_errmsg(const kvl_prober *pr)
 	return pr ? kvl__err_get(&pr->err) : "prober is NULL";
 }
 
-/* Makes the scratch hold `keys` keys and a set of n_pages. Caller holds
- * mu. */
+/* Makes the scratch hold `keys` keys and the sets of n_pages pages.
+ * Caller holds mu. */
 static int reserve(kvl_prober *pr, size_t keys, size_t n_pages)
 {
 	size_t words = kvl_bitmap_words(n_pages);
-	if (words > pr->one_words) {
+	if (words > pr->words) {
 		uint64_t *one = realloc(pr->one, words * 8);
-		if (!one)
+		if (one)
+			pr->one = one;
+		uint64_t *all = realloc(pr->all, words * 8);
+		if (all)
+			pr->all = all;
+		if (!one || !all)
 			return KVL_ENOMEM;
-		pr->one = one;
-		pr->one_words = words;
+		pr->words = words;
 	}
-	if (keys <= pr->cap)
-		return 0;
-	char *k = realloc(pr->keys, keys * KVL_KEY_MAX);
-	if (k)
-		pr->keys = k;
-	const char **kp = realloc(pr->keyp, keys * sizeof *kp);
-	if (kp)
-		pr->keyp = kp;
-	int *res = realloc(pr->res, keys * sizeof *res);
-	if (res)
-		pr->res = res;
-	uint8_t *pres = realloc(pr->present, keys);
-	if (pres)
-		pr->present = pres;
-	if (!k || !kp || !res || !pres)
-		return KVL_ENOMEM;
-	pr->cap = keys;
-	return 0;
+	return kvl__keyset_reserve(&pr->keys, keys);
 }
 
-/* The intersection of every target's set, into bits. Caller holds mu. */
+/* The intersection of every target's set of pages[0..n_pages), into bits
+ * (kvl_bitmap_words(n_pages) words). Caller holds mu. */
 static int probe(kvl_prober *pr, const kvl_hash *pages, size_t n_pages,
-                 uint64_t *bits, size_t words)
+                 uint64_t *bits)
 {
-	size_t n_keys = pr->n_targets * n_pages;
-	if (n_pages && pr->n_targets > SIZE_MAX / KVL_KEY_MAX / n_pages)
+	size_t words = kvl_bitmap_words(n_pages);
+	if (n_pages && !pages)
+		return kvl__fail(&pr->err, KVL_EINVAL,
+		                 "prober lookup: pages is NULL");
+	if (n_pages > KVL_LINKER_MAX_REQUEST_PAGES)
+		return kvl__fail(&pr->err, KVL_ERANGE,
+		                 "prober lookup: %zu pages > %u", n_pages,
+		                 (unsigned)KVL_LINKER_MAX_REQUEST_PAGES);
+	if (n_pages == 0) {
+		kvl__set_empty(bits, words);
+		return 0;
+	}
+	if (pr->n_targets > SIZE_MAX / KVL_KEY_MAX / n_pages)
 		return kvl__fail(&pr->err, KVL_ERANGE,
 		                 "prober: %zu pages are too many", n_pages);
+	size_t n_keys = pr->n_targets * n_pages;
+	kvl__keyset *k = &pr->keys;
 	if (reserve(pr, n_keys, n_pages))
 		return kvl__fail(&pr->err, KVL_ENOMEM,
 		                 "prober: out of memory");
 	for (size_t t = 0; t < pr->n_targets; t++)
-		for (size_t j = 0; j < n_pages; j++) {
-			size_t m = t * n_pages + j;
-			pr->keyp[m] = pr->keys + m * KVL_KEY_MAX;
+		for (size_t j = 0; j < n_pages; j++)
 			kvl__pool_key_with(pr->targets[t].pool,
 			                   pr->targets[t].suffix,
 			                   pr->targets[t].suffix_len, &pages[j],
-			                   pr->keys + m * KVL_KEY_MAX);
-		}
-	int rc = n_keys ? kvl_store_exists(pr->store, pr->keyp, n_keys,
-	                                   pr->res)
-	                : 0;
+			                   kvl__keyset_key(k, t * n_pages + j));
+	int rc = kvl_store_exists(pr->store, k->keyp, n_keys, k->res);
 	if (rc)
 		return kvl__fail(&pr->err, rc, "prober: store: %s",
 		                 kvl_store_errmsg(pr->store));
 	for (size_t m = 0; m < n_keys; m++) {
-		if (pr->res[m] < 0) /* a store that cannot tell is not a miss */
-			return kvl__fail(&pr->err, pr->res[m],
-			                 "prober: store: key %s: %s", pr->keyp[m],
+		if (k->res[m] < 0) /* a store that cannot tell is not a miss */
+			return kvl__fail(&pr->err, k->res[m],
+			                 "prober: store: key %s: %s", k->keyp[m],
 			                 kvl_store_errmsg(pr->store));
-		pr->present[m] = pr->res[m] == 1;
+		k->flags[m] = k->res[m] == 1;
 	}
 	for (size_t w = 0; w < words; w++)
 		bits[w] = ~0ull;
 	for (size_t t = 0; t < pr->n_targets; t++) {
-		const uint8_t *present = pr->present + t * n_pages;
+		const uint8_t *present = k->flags + t * n_pages;
 		rc = kvl_restorable_set(&pr->targets[t].policy, &present, 1,
 		                        n_pages, pr->one, words);
 		if (rc)
@@ -243,33 +235,16 @@ int kvl_prober_lookup_set(kvl_prober *pr, const kvl_hash *pages,
 {
 	if (!pr)
 		return KVL_EINVAL;
-	if (!bits)
-		return kvl__fail(&pr->err, KVL_EINVAL,
-		                 "prober lookup: bits is NULL");
-	size_t words = kvl_bitmap_words(n_pages);
-	if (n_words < words)
-		return kvl__fail(&pr->err, KVL_ERANGE,
-		                 "prober lookup: %zu pages need %zu bitmap "
-		                 "words, n_words is %zu",
-		                 n_pages, words, n_words);
-	memset(bits, 0, words * 8);
-	bits[0] = 1; /* whatever fails below leaves the empty prefix */
-	if (n_pages && !pages)
-		return kvl__fail(&pr->err, KVL_EINVAL,
-		                 "prober lookup: pages is NULL");
-	if (n_pages > KVL_LINKER_MAX_REQUEST_PAGES)
-		return kvl__fail(&pr->err, KVL_ERANGE,
-		                 "prober lookup: %zu pages > %u", n_pages,
-		                 (unsigned)KVL_LINKER_MAX_REQUEST_PAGES);
-	if (n_pages == 0)
-		return 0;
+	/* Whatever fails after these checks leaves the empty prefix. */
+	int rc = kvl__set_out(&pr->err, "prober lookup", bits, n_words,
+	                      n_pages);
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&pr->mu);
-	int rc = probe(pr, pages, n_pages, bits, words);
+	rc = probe(pr, pages, n_pages, bits);
 	pthread_mutex_unlock(&pr->mu);
-	if (rc) {
-		memset(bits, 0, words * 8);
-		bits[0] = 1;
-	}
+	if (rc)
+		kvl__set_empty(bits, kvl_bitmap_words(n_pages));
 	return rc;
 }
 
@@ -282,16 +257,16 @@ int kvl_prober_lookup(kvl_prober *pr, const kvl_hash *pages, size_t n_pages,
 		return kvl__fail(&pr->err, KVL_EINVAL,
 		                 "prober lookup: prefix_out is NULL");
 	*prefix_out = 0;
-	size_t words = kvl_bitmap_words(n_pages);
-	uint64_t small[4];
-	uint64_t *bits = words <= 4 ? small : malloc(words * 8);
-	if (!bits)
-		return kvl__fail(&pr->err, KVL_ENOMEM,
-		                 "prober lookup: out of memory");
-	int rc = kvl_prober_lookup_set(pr, pages, n_pages, bits, words);
+	/* Into the prober's own set: a warm prober allocates nothing (probe
+	 * refuses too many pages before it writes the set). */
+	pthread_mutex_lock(&pr->mu);
+	int rc = n_pages <= KVL_LINKER_MAX_REQUEST_PAGES &&
+	                 reserve(pr, 0, n_pages)
+	                 ? kvl__fail(&pr->err, KVL_ENOMEM,
+	                             "prober lookup: out of memory")
+	                 : probe(pr, pages, n_pages, pr->all);
 	if (rc == 0)
-		*prefix_out = kvl_bitmap_max(bits, words);
-	if (bits != small)
-		free(bits);
+		*prefix_out = kvl_bitmap_max(pr->all, kvl_bitmap_words(n_pages));
+	pthread_mutex_unlock(&pr->mu);
 	return rc;
 }
