@@ -182,6 +182,28 @@ int kvl_hash_bigram_pages(const uint64_t *tokens, size_t n_tokens,
 	return hash_chain(tokens, n_pages, page_size, 1, prior, out, n_out);
 }
 
+/* A namespace seed's digest: opened, started with its tag; seed_end
+ * finishes it (when rc is KVL_OK), closes it, and writes *out only when
+ * every step succeeded. */
+static int seed_begin(kvl__sha *s, const char *tag, size_t len)
+{
+	int rc = sha_open(s);
+	if (rc == KVL_OK)
+		rc = sha_init(s);
+	return rc == KVL_OK ? sha_update(s, tag, len) : rc;
+}
+
+static int seed_end(kvl__sha *s, int rc, kvl_hash *out)
+{
+	kvl_hash seed;
+	if (rc == KVL_OK)
+		rc = sha_final(s, &seed);
+	sha_close(s);
+	if (rc == KVL_OK)
+		*out = seed;
+	return rc;
+}
+
 /* Feeds one part of SGLang's namespace: 0x00 when absent, else 0x01, its
  * byte length as u64 LE and its bytes. */
 static int sglang_ns_part(kvl__sha *s, const char *part)
@@ -205,24 +227,14 @@ int kvl_sglang_namespace_seed(const char *extra_key, const char *cache_salt,
 	if (!extra_key && !cache_salt) /* no namespace: the bare chain */
 		return KVL_OK;
 	kvl__sha s;
-	kvl_hash seed;
-	int rc = sha_open(&s);
-	if (rc == KVL_OK)
-		rc = sha_init(&s);
-	if (rc == KVL_OK)
-		rc = sha_update(&s, kvl__sglang_ns_tag,
-		                sizeof kvl__sglang_ns_tag - 1);
+	int rc = seed_begin(&s, kvl__sglang_ns_tag,
+	                    sizeof kvl__sglang_ns_tag - 1);
 	if (rc == KVL_OK)
 		rc = sglang_ns_part(&s, extra_key);
 	if (rc == KVL_OK)
 		rc = sglang_ns_part(&s, cache_salt);
-	if (rc == KVL_OK)
-		rc = sha_final(&s, &seed);
-	sha_close(&s);
-	if (rc == KVL_OK) {
-		*out = seed;
-		*seeded_out = 1;
-	}
+	rc = seed_end(&s, rc, out);
+	*seeded_out = rc == KVL_OK;
 	return rc;
 }
 
@@ -235,12 +247,7 @@ int kvl_namespace_seed(const char *const *salts, size_t n_salts, kvl_hash *out)
 			return KVL_EINVAL;
 
 	kvl__sha s;
-	kvl_hash seed;
-	int rc = sha_open(&s);
-	if (rc == KVL_OK)
-		rc = sha_init(&s);
-	if (rc == KVL_OK)
-		rc = sha_update(&s, kvl__ns_tag, sizeof kvl__ns_tag - 1);
+	int rc = seed_begin(&s, kvl__ns_tag, sizeof kvl__ns_tag - 1);
 	for (size_t i = 0; rc == KVL_OK && i < n_salts; i++) {
 		size_t len = strlen(salts[i]);
 		uint8_t len_le[8];
@@ -249,12 +256,7 @@ int kvl_namespace_seed(const char *const *salts, size_t n_salts, kvl_hash *out)
 		if (rc == KVL_OK)
 			rc = sha_update(&s, salts[i], len);
 	}
-	if (rc == KVL_OK)
-		rc = sha_final(&s, &seed);
-	sha_close(&s);
-	if (rc == KVL_OK)
-		*out = seed;
-	return rc;
+	return seed_end(&s, rc, out);
 }
 
 int kvl_hash_to_hex(const kvl_hash *h, char *hex, size_t len)
