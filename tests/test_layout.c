@@ -1051,23 +1051,29 @@ static void test_query_messages(void **state)
 
 /* ============================================================ fingerprints */
 
-/* Asserts that the variant `v` of the base spec changes both the pool's and
- * the whole layout's fingerprint. */
+/* Asserts that specs a and b (or the base spec and its variant v) give
+ * different fingerprints, the pool's and the whole layout's. */
+static void expect_fp_pair_differs(const spec *a, const spec *b,
+                                   const char *what)
+{
+	kvl_layout *la = build(a), *lb = build(b);
+	char fa[33], fb[33], wa[33], wb[33];
+	fp_of(la, 0, fa);
+	fp_of(lb, 0, fb);
+	fp_of(la, -1, wa);
+	fp_of(lb, -1, wb);
+	if (!strcmp(fa, fb) || !strcmp(wa, wb))
+		print_error("fingerprint ignores %s\n", what);
+	assert_string_not_equal(fa, fb);
+	assert_string_not_equal(wa, wb);
+	kvl_layout_free(la);
+	kvl_layout_free(lb);
+}
+
 static void expect_fp_differs(const spec *v, const char *what)
 {
 	spec b = base_spec();
-	kvl_layout *lb = build(&b), *lv = build(v);
-	char fb[33], fv[33], wb[33], wv[33];
-	fp_of(lb, 0, fb);
-	fp_of(lv, 0, fv);
-	fp_of(lb, -1, wb);
-	fp_of(lv, -1, wv);
-	if (!strcmp(fb, fv) || !strcmp(wb, wv))
-		print_error("fingerprint ignores %s\n", what);
-	assert_string_not_equal(fb, fv);
-	assert_string_not_equal(wb, wv);
-	kvl_layout_free(lb);
-	kvl_layout_free(lv);
+	expect_fp_pair_differs(&b, v, what);
 }
 
 static void test_fingerprint_stable(void **state)
@@ -1140,16 +1146,7 @@ static void test_fingerprint_covers(void **state)
 	spec w2 = base_spec();
 	w2.policy = KVL_HIT_TRAILING_PAGES;
 	w2.window = 2;
-	{
-		/* Only the window differs. */
-		kvl_layout *l1 = build(&v), *l2 = build(&w2);
-		char f1[33], f2[33];
-		fp_of(l1, 0, f1);
-		fp_of(l2, 0, f2);
-		assert_string_not_equal(f1, f2);
-		kvl_layout_free(l1);
-		kvl_layout_free(l2);
-	}
+	expect_fp_pair_differs(&v, &w2, "the window");
 	v = base_spec();
 	v.flags = KVL_POOL_REPLICATED_TP;
 	expect_fp_differs(&v, "the replication flag");
@@ -1183,21 +1180,6 @@ static void test_fingerprint_covers(void **state)
 	v.pb_k = 128;
 	v.pb_v = 384;
 	expect_fp_differs(&v, "the split between components");
-}
-
-/* Asserts that specs a and b give different pool fingerprints. */
-static void expect_fp_pair_differs(const spec *a, const spec *b,
-                                   const char *what)
-{
-	kvl_layout *la = build(a), *lb = build(b);
-	char fa[33], fb[33];
-	fp_of(la, 0, fa);
-	fp_of(lb, 0, fb);
-	if (!strcmp(fa, fb))
-		print_error("fingerprint ignores %s\n", what);
-	assert_string_not_equal(fa, fb);
-	kvl_layout_free(la);
-	kvl_layout_free(lb);
 }
 
 /* kvl_layout_pool_format: the dtype and the memory layout are in the
