@@ -251,31 +251,38 @@ static void test_long_pages(void **state)
 	free(tok);
 }
 
+/* kvl_hash_pages and kvl_hash_bigram_pages take the same arguments. */
+typedef int hash_fn(const uint64_t *, size_t, size_t, const kvl_hash *,
+                    kvl_hash *, size_t, size_t *);
+
+/* The argument errors of fn over tok[0..n_tok), which makes exactly two
+ * pages of page_size: KVL_EINVAL for page_size 0 and NULL arguments,
+ * KVL_ERANGE for room for 1 or 0 of the 2 pages; nothing written. */
+static void expect_hash_arg_errors(hash_fn *fn, const uint64_t *tok,
+                                   size_t n_tok, size_t ps)
+{
+	kvl_hash out[2] = {filled(0xAB), filled(0xAB)};
+	size_t n = 99;
+	assert_int_equal(fn(tok, n_tok, 0, NULL, out, 2, &n), KVL_EINVAL);
+	assert_int_equal(fn(NULL, n_tok, ps, NULL, out, 2, &n), KVL_EINVAL);
+	assert_int_equal(fn(tok, n_tok, ps, NULL, NULL, 2, &n), KVL_EINVAL);
+	assert_int_equal(fn(tok, n_tok, ps, NULL, out, 2, NULL), KVL_EINVAL);
+	assert_int_equal(fn(tok, n_tok, ps, NULL, out, 1, &n), KVL_ERANGE);
+	assert_int_equal(fn(tok, n_tok, ps, NULL, out, 0, &n), KVL_ERANGE);
+	assert_int_equal(n, 99);
+	check_filled(out, 2, 0xAB);
+}
+
 static void test_hash_pages_errors(void **state)
 {
 	(void)state;
 	const uint64_t tok[] = {1, 2, 3, 4, 5, 6, 7, 8};
-	kvl_hash out[2] = {filled(0xAB), filled(0xAB)};
-	size_t n = 99;
-
-	assert_int_equal(kvl_hash_pages(tok, 8, 0, NULL, out, 2, &n),
-	                 KVL_EINVAL);
-	assert_int_equal(kvl_hash_pages(NULL, 8, 4, NULL, out, 2, &n),
-	                 KVL_EINVAL);
-	assert_int_equal(kvl_hash_pages(tok, 8, 4, NULL, NULL, 2, &n),
-	                 KVL_EINVAL);
-	assert_int_equal(kvl_hash_pages(tok, 8, 4, NULL, out, 2, NULL),
-	                 KVL_EINVAL);
+	expect_hash_arg_errors(kvl_hash_pages, tok, 8, 4);
 	/* NULL out is invalid even when there is no whole page. */
+	size_t n = 99;
 	assert_int_equal(kvl_hash_pages(tok, 3, 4, NULL, NULL, 0, &n),
 	                 KVL_EINVAL);
-	/* Room for 1 of 2 pages: KVL_ERANGE and nothing written. */
-	assert_int_equal(kvl_hash_pages(tok, 8, 4, NULL, out, 1, &n),
-	                 KVL_ERANGE);
-	assert_int_equal(kvl_hash_pages(tok, 8, 4, NULL, out, 0, &n),
-	                 KVL_ERANGE);
 	assert_int_equal(n, 99);
-	check_filled(out, 2, 0xAB);
 }
 
 /* ---------------------------------------------------------- namespace seed */
@@ -423,22 +430,9 @@ static void test_bigram_long_and_wide(void **state)
 	             2);
 	free(tok);
 
-	/* Errors: kvl_hash_pages'. */
+	/* Errors: kvl_hash_pages'. 3 tokens are 2 pairs: 2 pages of 1. */
 	const uint64_t t[] = {1, 2, 3};
-	kvl_hash out[2] = {filled(0xCD), filled(0xCD)};
-	size_t n = 7;
-	assert_int_equal(kvl_hash_bigram_pages(t, 3, 0, NULL, out, 2, &n),
-	                 KVL_EINVAL);
-	assert_int_equal(kvl_hash_bigram_pages(NULL, 3, 1, NULL, out, 2, &n),
-	                 KVL_EINVAL);
-	assert_int_equal(kvl_hash_bigram_pages(t, 3, 1, NULL, NULL, 2, &n),
-	                 KVL_EINVAL);
-	assert_int_equal(kvl_hash_bigram_pages(t, 3, 1, NULL, out, 2, NULL),
-	                 KVL_EINVAL);
-	assert_int_equal(kvl_hash_bigram_pages(t, 3, 1, NULL, out, 1, &n),
-	                 KVL_ERANGE);
-	assert_int_equal(n, 7);
-	check_filled(out, 2, 0xCD);
+	expect_hash_arg_errors(kvl_hash_bigram_pages, t, 3, 1);
 }
 
 static void check_sgseed(const char *extra_key, const char *cache_salt,
