@@ -162,6 +162,29 @@ def test_load_error_at_page_k(k, dev):
     eng.close()
 
 
+def test_failed_load_leaves_the_batch_right(dev):
+    """A load that fails at the first layer fails the waits of its whole
+    batch at once; another request of the same batch, whose layers are
+    still on their way (every store call takes 20 ms), must not be read
+    before they land: every block not reported holds the right bytes."""
+    store = kvl.Store("fault+mem:?fault.latency_ms=20")
+    eng = engine(store, "flash", dev=dev)
+    xt, yt = tokens(4 * BS + 1, seed=13), tokens(4 * BS + 1, seed=14)
+    prefill(eng, "a", xt)
+    prefill(eng, "b", yt)
+    assert eng.admit(vs.Request("x", xt)) == 4 * BS
+    assert eng.admit(vs.Request("y", yt)) == 4 * BS
+    lay = eng.workers[0].conn._layout
+    store.remove(lay.key("kv", kvl.hash_pages(xt, BS)[0]))
+    out = eng.step(["x", "y"])[0]
+    assert out["invalid"] == set(eng.reqs["x"][1][:4])
+    assert out["bad"] <= out["invalid"], out["bad"]
+    eng.finish("x")
+    eng.finish("y")
+    eng.drain()
+    eng.close()
+
+
 def test_preemption_and_resumption(dev):
     """A request preempted after its load is looked up again when it is
     resumed, and loads again into its new blocks."""
