@@ -313,10 +313,12 @@ KVL_API int kvl_linker_start_after(kvl_linker *lk, void *event,
  * (0 for NULL). */
 KVL_API uint32_t kvl_linker_layers(const kvl_linker *lk);
 
-/* Blocks until layer `layer` of batch `batch` is complete or timeout_ms
- * passes (0: do not block; UINT32_MAX: no limit). Returns 0 when that layer
- * and every earlier one loaded without error; else the first error of the
- * batch (a failure at layer l fails every later wait of the batch:
+/* Blocks until layer `layer` of batch `batch` is complete (also when the
+ * batch failed: the layer has then landed for every page that loads, so
+ * the batch's other requests may be read) or timeout_ms passes (0: do not
+ * block; UINT32_MAX: no limit). Returns 0 when that layer and every
+ * earlier one loaded without error; else the first error of the batch (a
+ * failure at layer l fails every later wait of the batch:
  * KVL_EIO, KVL_ECORRUPT, KVL_ENOTFOUND for a page evicted since lookup,
  * KVL_ECANCELED at shutdown), KVL_ETIMEDOUT, KVL_ERANGE (layer beyond
  * kvl_linker_layers), KVL_ENOTFOUND (unknown or too old batch). Which

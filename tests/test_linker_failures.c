@@ -572,6 +572,61 @@ static void test_slow_store(void **state)
 	host_free(&src);
 }
 
+/* A failed batch's wait for a layer returns once that layer has landed
+ * for the batch's other requests too: an engine that goes on with them
+ * (vLLM recomputes only the failed request's blocks) never reads a layer
+ * still on its way. Every store call takes 20 ms. */
+static void test_failed_wait_lands_the_layer(void **state)
+{
+	(void)state;
+	NEED_FAULT_STORE();
+	host src, dst;
+	host_init(&src, NULL);
+	host_init(&dst, NULL);
+	kvl_store *s = open_ok(store_uri("fault+", NULL));
+	kvl_linker *ls = open_lk(&src, s, NULL);
+	kvl_linker *ld = open_lk(&dst, s, NULL);
+	kvl_hash pa[3], pb[3];
+	make_pages(pa, 3, 71);
+	make_pages(pb, 3, 72);
+	req a, b;
+	req_init(&a, pa, 3);
+	req_pool(&a, src.kv, 0, 0);
+	req_init(&b, pb, 3);
+	req_pool(&b, src.kv, 3, 0);
+	fill_req(&src, &a);
+	fill_req(&src, &b);
+	expect_completion((kvl_completion[]){offload_sync(ls, 1, &a)},
+	                  KVL_REQ_OFFLOAD, 0, 3, 3);
+	expect_completion((kvl_completion[]){offload_sync(ls, 2, &b)},
+	                  KVL_REQ_OFFLOAD, 0, 3, 3);
+	remove_page(s, &src, src.kv, &pa[0]); /* a fails at layer 0 */
+	fault_latency(s, 20);
+	req da, db;
+	req_init(&da, pa, 3);
+	req_pool(&da, dst.kv, 8, 0);
+	req_init(&db, pb, 3);
+	req_pool(&db, dst.kv, 12, 0);
+	ASSERT_RC(ld, kvl_linker_load(ld, 3, da.pages, 3, da.sp), KVL_OK);
+	ASSERT_RC(ld, kvl_linker_load(ld, 4, db.pages, 3, db.sp), KVL_OK);
+	uint64_t batch = 0;
+	ASSERT_RC(ld, kvl_linker_start(ld, &batch), KVL_OK);
+	for (uint32_t ly = 0; ly < N_LAYERS; ly++) {
+		ASSERT_RC(ld, kvl_linker_wait(ld, batch, ly, LONG_MS),
+		          KVL_ENOTFOUND);
+		check_req(&dst, &db, 3, ly + 1); /* landed when wait returned */
+	}
+	kvl_completion cc[2];
+	collect(ld, (const uint64_t[]){3, 4}, 2, cc);
+	expect_completion(&cc[0], KVL_REQ_LOAD, KVL_ENOTFOUND, 0, 3);
+	expect_completion(&cc[1], KVL_REQ_LOAD, 0, 3, 3);
+	kvl_linker_close(ld);
+	kvl_linker_close(ls);
+	kvl_store_close(s);
+	host_free(&dst);
+	host_free(&src);
+}
+
 /* Random store faults: a completion never reports wrong bytes as valid. */
 static void test_random_errors(void **state)
 {
@@ -697,6 +752,8 @@ int main(void)
 		cmocka_unit_test_setup(test_load_store_error, next_test),
 		cmocka_unit_test_setup(test_load_whole_reads, next_test),
 		cmocka_unit_test_setup(test_slow_store, next_test),
+		cmocka_unit_test_setup(test_failed_wait_lands_the_layer,
+		                       next_test),
 		cmocka_unit_test_setup(test_random_errors, next_test),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -485,7 +485,9 @@ class Linker(Closable):
     def wait(self, batch: int, layer: int,
              timeout: Optional[float] = None) -> None:
         """Blocks until layer ``layer`` of ``batch`` is complete (and every
-        earlier one), or ``timeout`` seconds pass. The GIL is released.
+        earlier one), or ``timeout`` seconds pass; also when the batch
+        failed, the layer has then landed for every page that loads, so the
+        batch's other requests may be read. The GIL is released.
 
         Raises:
             Timeout; StoreIOError, Corrupt, NotFound (a page evicted since

