@@ -7,10 +7,11 @@
  * full store evicts one object per put, and a pool's pages all have one
  * size, so reuse spares the kernel a page fault per 4 KiB of every new
  * object. Pinned mode (builds with CUDA, a device present) carves blocks out of
- * pinned, mapped chunks, so GPU copies read and write store objects in place
- * — DMA straight between store memory and GPU slots — and keeps freed
- * blocks on exact-size free lists: pinning memory is slow, reusing it is
- * not. Thread-safe (one mutex, a leaf lock).
+ * pinned, mapped chunks (an arena, arena.h), so GPU copies read and write
+ * store objects in place, and objects stored one after the other lie at a
+ * constant pitch, which the copy engines move with one 2D copy per layer;
+ * pinning memory is slow, reusing it is not. Thread-safe (one mutex, a
+ * leaf lock).
  */
 #ifndef KVL_HOSTMEM_H
 #define KVL_HOSTMEM_H
@@ -19,17 +20,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "store/arena.h"
+
 #define KVL__HOSTMEM_SIZES 16
 
 typedef struct kvl__hostmem {
 	pthread_mutex_t mu;
 	int pinned;
 	size_t keep, kept;  /* plain mode: bytes kept for reuse, at most/now */
-	struct kvl__hostmem_chunk *chunks; /* in use, newest first */
-	struct kvl__hostmem_chunk *spare;  /* pinned ahead, not yet used */
-	char *bump;
-	size_t left;
-	struct {
+	kvl__arena arena;   /* pinned mode */
+	struct {            /* plain mode's kept blocks, by length */
 		size_t len;
 		void *head;
 	} free[KVL__HOSTMEM_SIZES];

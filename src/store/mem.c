@@ -19,7 +19,8 @@
  * `used` as bytes. Slab chunks are returned to the system only by close.
  * Payload memory comes from hostmem.c: plain heap blocks (freed ones kept
  * for reuse up to capacity/16 or 64 MiB, not counted in `used`), or, with
- * pinned=1 in a CUDA build, pinned chunks that GPU copies use in place.
+ * pinned=1 in a CUDA build, a pinned arena (arena.h) that GPU copies use
+ * in place, where objects put one after another lie at a constant pitch.
  * Counters: a key found by exists or by a get whose ranges fit is a hit; a
  * key not found is a miss; a get range beyond the object and a put that
  * fails (KVL_ERANGE, KVL_EFULL, KVL_ENOMEM) count as errors only.
