@@ -41,10 +41,11 @@ void kvl__cuda_dev_free(void *p);
 typedef struct kvl__copier kvl__copier;
 
 /* A copier on `device` with `n_events` reusable events (one per layer) and
- * room for `max_chunks` chunks per launch. *why gets a static message on
- * failure. */
+ * room for `max_chunks` chunks per launch; `urgent`: its stream has the
+ * device's highest priority, so its short kernels are scheduled ahead of
+ * an engine's queued blocks. *why gets a static message on failure. */
 int kvl__copier_create(int device, uint32_t n_events, size_t max_chunks,
-                       kvl__copier **out, const char **why);
+                       int urgent, kvl__copier **out, const char **why);
 void kvl__copier_destroy(kvl__copier *c);
 
 /* The copier's chunk list for the next launch (max_chunks entries), in
@@ -69,6 +70,32 @@ int kvl__copier_after(kvl__copier *c, void *event);
 /* Makes c's stream wait for event `ev` of copier `other`. */
 int kvl__copier_wait_copier(kvl__copier *c, kvl__copier *other, uint32_t ev);
 
+/* A staging ring for copier c (stage.cu): two halves of half_bytes of
+ * device memory that 2D copies on a stream of the stager's own fill from
+ * pinned host memory (the copy engines), and scatters of up to max_chunks
+ * chunks on c's stream empty into their destinations. One thread drives
+ * it (c's). */
+typedef struct kvl__stager kvl__stager;
+
+int kvl__stager_create(kvl__copier *c, int device, size_t half_bytes,
+                       size_t max_chunks, kvl__stager **out,
+                       const char **why);
+/* Waits for the ring's work, then frees it. NULL is a no-op. */
+void kvl__stager_destroy(kvl__stager *s);
+size_t kvl__stager_half_bytes(const kvl__stager *s);
+/* Opens the next half for filling: blocks until the scatter that last
+ * read it has finished; returns its device address and, in *list, its
+ * scatter list (max_chunks entries, pinned). */
+uint8_t *kvl__stager_half(kvl__stager *s, kvl__chunk **list);
+/* Enqueues a copy of `rows` rows of `width` bytes from pinned `src`, one
+ * every `spitch` bytes, into the open half at offset `at`, one every
+ * `dpitch` bytes. 0 or -1. */
+int kvl__stager_copy(kvl__stager *s, size_t at, size_t dpitch,
+                     const void *src, size_t spitch, size_t width,
+                     size_t rows);
+/* Closes the open half: c's stream waits for its copies, then scatters
+ * the first n chunks of its list (sources in the half). 0 or -1. */
+int kvl__stager_scatter(kvl__stager *s, size_t n);
 /* The text of the last CUDA error of this thread, for messages. */
 const char *kvl__cuda_last_error(void);
 
