@@ -169,17 +169,44 @@ typedef struct kvl_linker_opts {
 	 * carries; larger batches are cut into calls of this size. Default
 	 * 4096, at most KVL_LINKER_MAX_IO_BATCH. */
 	uint32_t io_batch;
+	/* How loads into GPU pools move the bytes of objects that the store
+	 * lends (mem: in pinned mode), a kvl_gpu_copy. Default AUTO. */
+	uint32_t gpu_copy;
+	/* Bytes of GPU memory for the copy engines' staging ring (two
+	 * halves), allocated at open when a pool is on a CUDA device over
+	 * such a store and gpu_copy is not KERNEL. Default 64 MiB, at most
+	 * KVL_LINKER_MAX_GPU_STAGING; a layer read larger than a half goes
+	 * by kernel. */
+	uint32_t gpu_staging;
 } kvl_linker_opts;
+
+/* kvl_linker_opts.gpu_copy. The embedded store places objects put one
+ * after another (one offload) at a constant pitch in its pinned memory, so
+ * a layer of such a run is one 2D copy. */
+typedef enum kvl_gpu_copy {
+	/* The copy engines for runs whose layer reads are 64 KiB or more per
+	 * object and 4 MiB or more in all, where they load as fast as the
+	 * kernel and leave the SMs to the engine's compute; the kernel for
+	 * the rest, where it is faster. */
+	KVL_GPU_COPY_AUTO = 0,
+	/* A gather kernel reads every byte over PCIe from mapped memory. */
+	KVL_GPU_COPY_KERNEL = 1,
+	/* The copy engines for every run, of any length (one object is a
+	 * run of one): 2D copies into the GPU staging ring, then a short
+	 * scatter kernel from there into the slots. */
+	KVL_GPU_COPY_DMA = 2,
+} kvl_gpu_copy;
 #define KVL_LINKER_OPTS_INIT {.struct_size = sizeof(kvl_linker_opts)}
 
 /* The largest values kvl_linker_open accepts for these options (larger ones
  * are KVL_EINVAL, not an allocation of their size): 2^20 requests (their
  * completion records, 40 MiB), 2^24 pages per request (the lookup bitmap,
  * 2 MiB), 2^16 items per store call (their key scratch, 20 MiB per
- * thread). */
+ * thread), a 1 GiB GPU staging ring. */
 #define KVL_LINKER_MAX_REQUESTS 1048576
 #define KVL_LINKER_MAX_REQUEST_PAGES 16777216
 #define KVL_LINKER_MAX_IO_BATCH 65536
+#define KVL_LINKER_MAX_GPU_STAGING 1073741824
 
 /* Opens a linker over a store for a finalized layout (both borrowed: they
  * must outlive the linker) and starts its loader and offloader threads.

@@ -1495,35 +1495,44 @@ static int r_linker_struct_big(void)
 	eng_free(&e);
 	return rc;
 }
-static int r_linker_max_requests(void)
+/* Opens a linker with one option set past its limit. */
+static int open_with(kvl_linker_opts o)
 {
 	eng e;
 	eng_init(&e);
-	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
-	o.max_requests = UINT32_MAX; /* once a 128 GiB calloc */
 	int rc = open_lk(&e, 1, &o);
 	eng_free(&e);
 	return rc;
+}
+static int r_linker_max_requests(void)
+{
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.max_requests = UINT32_MAX /* once a 128 GiB calloc */;
+	return open_with(o);
 }
 static int r_linker_max_request_pages(void)
 {
-	eng e;
-	eng_init(&e);
 	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
 	o.max_request_pages = KVL_LINKER_MAX_REQUEST_PAGES + 1u;
-	int rc = open_lk(&e, 1, &o);
-	eng_free(&e);
-	return rc;
+	return open_with(o);
 }
 static int r_linker_io_batch(void)
 {
-	eng e;
-	eng_init(&e);
 	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
 	o.io_batch = KVL_LINKER_MAX_IO_BATCH + 1u;
-	int rc = open_lk(&e, 1, &o);
-	eng_free(&e);
-	return rc;
+	return open_with(o);
+}
+static int r_linker_gpu_copy(void)
+{
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.gpu_copy = KVL_GPU_COPY_DMA + 1u;
+	return open_with(o);
+}
+static int r_linker_gpu_staging(void)
+{
+	kvl_linker_opts o = KVL_LINKER_OPTS_INIT;
+	o.gpu_staging = KVL_LINKER_MAX_GPU_STAGING + 1u;
+	return open_with(o);
 }
 static int r_linker_cuda(void)
 {
@@ -2508,6 +2517,8 @@ static const row rows[] = {
 	R("linker.max-requests", r_linker_max_requests),
 	R("linker.max-request-pages", r_linker_max_request_pages),
 	R("linker.io-batch", r_linker_io_batch),
+	R("linker.gpu-copy", r_linker_gpu_copy),
+	R("linker.gpu-staging", r_linker_gpu_staging),
 	R("linker.cuda-pool", r_linker_cuda),
 	R("lookup.prefix-null", r_lookup_prefix_null),
 	R("lookup.too-many-pages", r_lookup_too_many),

@@ -8,7 +8,9 @@
  * without peek, read through the pinned ring; stores with a secret
  * (secret_file): keyed objects through the ring (layer by layer and whole)
  * and in place, and never valid to a linker whose store has another
- * secret or none; the copy kernel on chunks of every shape. Skips (exit
+ * secret or none; loads through the copy engines and the staging ring
+ * (runs of objects, broken runs, a ring that wraps); the copy kernel on
+ * chunks of every shape. Skips (exit
  * 77) in builds without CUDA or on machines without a usable GPU.
  */
 #include <stdio.h>
@@ -29,6 +31,7 @@ int main(void)
 #include <cuda_runtime.h>
 
 #include "gpu/cuda.h"
+#include "store/store.h"
 
 #include "support/kvl_assert.h"
 
@@ -143,7 +146,7 @@ static void copier_roundtrip(size_t n, size_t len, size_t skew)
 	kvl__copier *cp = NULL;
 	const char *why = "";
 	EXPECT_TRUE_MSG(src && back && dev &&
-	                        !kvl__copier_create(0, 2, n, &cp, &why),
+	                        !kvl__copier_create(0, 2, n, 0, &cp, &why),
 	                "copier setup: %s", why);
 	if (!cp)
 		goto out;
@@ -181,6 +184,56 @@ out:
 	kvl__cuda_dev_free(dev);
 }
 
+/* A batch started after an engine event: a kernel still reading the
+ * slots (for 300 ms) sees none of the batch's bytes, and the batch's
+ * pages are all in slots dst once it is done. */
+static void gated_load(kvl_linker *lk, const kvl_hash *pages,
+                       const size_t *dst)
+{
+	uint8_t *snap = kvl__cuda_dev_alloc(pool_bytes);
+	EXPECT_TRUE_MSG(snap != NULL, "cudaMalloc of the snapshot");
+	cudaStream_t s;
+	cudaEvent_t ev;
+	cudaStreamCreate(&s);
+	cudaEventCreate(&ev);
+	const size_t *dl[1] = {dst};
+	kvl_completion c;
+	uint64_t batch;
+	cudaMemset(dev_pool, 0, pool_bytes);
+	cudaMemset(snap, 0xff, pool_bytes);
+	cudaDeviceSynchronize();
+	EXPECT_CODE_MSG(kvl_test_slow_read(dev_pool, snap, pool_bytes,
+	                                   300000000ull, s),
+	                0, "the reader kernel: %s",
+	                cudaGetErrorString(cudaGetLastError()));
+	cudaEventRecord(ev, s);
+	int rc = kvl_linker_load(lk, 3, pages, PAGES, dl);
+	EXPECT_RC(lk, rc, 0);
+	rc = kvl_linker_start_after(lk, ev, &batch);
+	EXPECT_RC(lk, rc, 0);
+	cudaEventRecord(ev, 0); /* a later record does not count */
+	for (uint32_t layer = 0; layer < LAYERS; layer++) {
+		rc = kvl_linker_wait(lk, batch, layer, 10000);
+		EXPECT_RC(lk, rc, 0);
+	}
+	collect(lk, 3, &c);
+	EXPECT_CODE_MSG(c.status, 0, "gated load: %zu valid", c.valid_pages);
+	cudaStreamSynchronize(s);
+	cudaMemcpy(host, snap, pool_bytes, cudaMemcpyDeviceToHost);
+	size_t written = 0;
+	for (size_t i = 0; i < pool_bytes; i++)
+		written += host[i] != 0;
+	EXPECT_EQ_MSG(written, 0, "the reader saw %zu bytes of the batch",
+	              written);
+	cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
+	for (size_t i = 0; i < PAGES; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
+		                "gated load: page %zu in slot %zu", i, dst[i]);
+	kvl__cuda_dev_free(snap);
+	cudaEventDestroy(ev);
+	cudaStreamDestroy(s);
+}
+
 /* Loads `pages` into slots `dst` and returns the completion; layer 0
  * through a stream wait, the rest on the CPU. */
 static kvl_completion load_all(kvl_linker *lk, uint64_t id,
@@ -204,6 +257,23 @@ static kvl_completion load_all(kvl_linker *lk, uint64_t id,
 	return c;
 }
 
+/* Makes PAGES pages (tag), puts their patterns in their source slots on
+ * the GPU and offloads them in one request, which must store them all. */
+static void offload_pages(kvl_linker *lk, kvl_hash *pages, size_t *src,
+                          size_t *dst, uint8_t tag, const char *what)
+{
+	make_pages(pages, src, dst, tag);
+	cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
+	const size_t *sl[1] = {src};
+	kvl_completion c;
+	EXPECT_RC(lk, kvl_linker_offload(lk, 1, pages, PAGES, sl, NULL), 0);
+	collect(lk, 1, &c);
+	EXPECT_CODE_MSG(c.status, 0, "%s: offload: %zu valid", what,
+	                c.valid_pages);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s: offload: %s", what,
+	              kvl_err_name(c.status));
+}
+
 /* Offload and load through store `uri` with io_batch items per call:
  * bytes right, a missing page fails cleanly; on fault stores (no peek: the
  * staged path) corrupted reads too. */
@@ -225,18 +295,11 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	}
 	kvl_hash pages[PAGES];
 	size_t src[PAGES], dst[PAGES];
-	make_pages(pages, src, dst, 0x77);
+	offload_pages(lk, pages, src, dst, 0x77, uri);
 	cudaStream_t s;
 	cudaStreamCreate(&s);
-	cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
 	const size_t *sl[1] = {src};
 	kvl_completion c;
-	EXPECT_RC(lk, kvl_linker_offload(lk, 1, pages, PAGES, sl, NULL), 0);
-	collect(lk, 1, &c);
-	EXPECT_CODE_MSG(c.status, 0, "%s: offload: %zu valid", uri,
-	                c.valid_pages);
-	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s: offload: %s", uri,
-	              kvl_err_name(c.status));
 
 	c = load_all(lk, 2, pages, dst, s);
 	EXPECT_CODE_MSG(c.status, 0, "%s, io_batch %u: load: %zu valid", uri,
@@ -295,6 +358,143 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 			                "%s: valid page %zu", curi, i);
 		kvl_linker_close(lk);
 	}
+	kvl_store_close(st);
+	cudaStreamDestroy(s);
+}
+
+/* A counter of the linker's stats (UINT64_MAX if not found). */
+static uint64_t counter(kvl_linker *lk, const char *name)
+{
+	static char buf[16384];
+	size_t need;
+	if (kvl_linker_stats_render(lk, KVL_STATS_JSON, buf, sizeof buf,
+	                            &need))
+		return UINT64_MAX;
+	char pat[64];
+	snprintf(pat, sizeof pat, "\"%s\":", name);
+	const char *at = strstr(buf, pat);
+	return at ? strtoull(at + strlen(pat), NULL, 10) : UINT64_MAX;
+}
+
+/* Loads through the copy engines (gpu_copy, a staging ring of `staging`
+ * bytes): the objects of one offload lie at one pitch in the store (one
+ * run); loads move `want_dma` of their bytes by DMA (1: all, 0: none) and
+ * land right, into slots in reverse order and into slots that follow one
+ * another, also after an engine event while a kernel reads the slots; a
+ * run broken by an object stored again elsewhere (three
+ * runs) still lands right; an object gone in the middle of a run fails
+ * its request from there, and a second request of the same batch reading
+ * the run's tail completes. A small ring wraps many times per layer. */
+static void dma_loads(kvl_layout *l, uint32_t gpu_copy, uint32_t staging,
+                      int want_dma)
+{
+	printf("gpu_copy %u, staging %u bytes\n", gpu_copy, staging);
+	char err[256] = "";
+	kvl_store *st = NULL;
+	kvl_linker *lk = NULL;
+	kvl_linker_opts o = {.struct_size = sizeof o, .gpu_copy = gpu_copy,
+	                     .gpu_staging = staging};
+	int rc = kvl_store_open("mem:?capacity=256MiB", &st, err, sizeof err);
+	EXPECT_CODE_MSG(rc, 0, "store: %s", err);
+	rc = kvl_linker_open(st, l, &o, &lk, err, sizeof err);
+	EXPECT_CODE_MSG(rc, 0, "linker: %s", err);
+	if (!lk) {
+		kvl_store_close(st);
+		return;
+	}
+	kvl_hash pages[PAGES];
+	size_t src[PAGES], dst[PAGES];
+	offload_pages(lk, pages, src, dst, (uint8_t)(0x30 + gpu_copy),
+	              "gpu_copy");
+	cudaStream_t s;
+	cudaStreamCreate(&s);
+	kvl_completion c;
+
+	/* One run: object i at the first + i * its 64-byte rounded size. */
+	char keys[PAGES][KVL_KEY_MAX];
+	const char *kp[PAGES];
+	kvl__view views[PAGES];
+	int res[PAGES];
+	for (size_t i = 0; i < PAGES; i++) {
+		kvl_layout_key(l, 0, &pages[i], keys[i], sizeof keys[i]);
+		kp[i] = keys[i];
+	}
+	size_t size, hdr;
+	kvl_layout_object_size(l, 0, &size, &hdr);
+	EXPECT_CODE(kvl__store_peek(st, kp, PAGES, views, res), 0);
+	for (size_t i = 0; i < PAGES; i++)
+		EXPECT_TRUE_MSG(res[i] == 1 && views[i].pinned &&
+		                        views[i].data == views[0].data +
+		                                i * ((size + 63) & ~(size_t)63),
+		                "object %zu is not where the run goes on", i);
+	kvl__store_release(st, views, PAGES);
+
+	uint64_t bytes0 = counter(lk, "loaded_bytes");
+	uint64_t dma0 = counter(lk, "loaded_dma_bytes");
+	c = load_all(lk, 2, pages, dst, s);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "load: %s", kvl_err_name(c.status));
+	for (size_t i = 0; i < PAGES; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS), "page %zu", i);
+	uint64_t bytes = counter(lk, "loaded_bytes") - bytes0;
+	uint64_t dma = counter(lk, "loaded_dma_bytes") - dma0;
+	EXPECT_TRUE_MSG(bytes > 0 && dma == (want_dma ? bytes : 0),
+	                "%llu of %llu loaded bytes went by DMA",
+	                (unsigned long long)dma, (unsigned long long)bytes);
+
+	/* Slots that follow one another, also after an engine event. */
+	size_t up[PAGES];
+	for (size_t i = 0; i < PAGES; i++)
+		up[i] = 2 * PAGES + i;
+	c = load_all(lk, 7, pages, up, s);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "load into slots that follow: %s",
+	              kvl_err_name(c.status));
+	for (size_t i = 0; i < PAGES; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, up[i], LAYERS),
+		                "slots that follow: page %zu", i);
+	gated_load(lk, pages, up);
+
+	/* Page 6 stored again lands after the run: runs 0-5, 6, 7-15. */
+	int one;
+	kvl_store_remove(st, &kp[6], 1, &one);
+	fill_slot(6, src[6]);
+	cudaMemcpy(dev_pool, host, pool_bytes, cudaMemcpyHostToDevice);
+	const size_t *sl6[1] = {&src[6]};
+	EXPECT_RC(lk, kvl_linker_offload(lk, 3, &pages[6], 1, sl6, NULL), 0);
+	collect(lk, 3, &c);
+	EXPECT_EQ_MSG(c.valid_pages, 1, "offload of page 6: %s",
+	              kvl_err_name(c.status));
+	c = load_all(lk, 4, pages, dst, s);
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "broken run: %s",
+	              kvl_err_name(c.status));
+	for (size_t i = 0; i < PAGES; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
+		                "broken run: page %zu", i);
+
+	/* Page 11 gone: the first request keeps 0..10; a second one of the
+	 * batch, pages 12..15 into their source slots, completes. */
+	kvl_store_remove(st, &kp[11], 1, &one);
+	cudaMemset(dev_pool, 0, pool_bytes);
+	cudaDeviceSynchronize();
+	const size_t *dl[1] = {dst}, *tl[1] = {&src[12]};
+	EXPECT_RC(lk, kvl_linker_load(lk, 5, pages, PAGES, dl), 0);
+	EXPECT_RC(lk, kvl_linker_load(lk, 6, &pages[12], 4, tl), 0);
+	uint64_t batch;
+	EXPECT_RC(lk, kvl_linker_start(lk, &batch), 0);
+	kvl_linker_wait(lk, batch, LAYERS - 1, 10000);
+	kvl_completion cs[2];
+	collect(lk, 5, &cs[0]);
+	collect(lk, 6, &cs[1]);
+	EXPECT_CODE_MSG(cs[0].status, KVL_ENOTFOUND, "gone: %zu valid",
+	                cs[0].valid_pages);
+	EXPECT_EQ(cs[0].valid_pages, 11);
+	EXPECT_CODE_MSG(cs[1].status, 0, "tail: %zu valid", cs[1].valid_pages);
+	EXPECT_EQ(cs[1].valid_pages, 4);
+	cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
+	for (size_t i = 0; i < 11; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS), "gone: page %zu", i);
+	for (size_t i = 12; i < PAGES; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, src[i], LAYERS), "tail: page %zu", i);
+	kvl_linker_close(lk);
 	kvl_store_close(st);
 	cudaStreamDestroy(s);
 }
@@ -578,46 +778,7 @@ int main(void)
 		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
 		                "page %zu in slot %zu", i, dst[i]);
 
-	/* A batch started after an engine event: a kernel still reading
-	 * the slots (for 300 ms) sees none of the batch's bytes, and the
-	 * batch's pages are all there once it is done. */
-	{
-		uint8_t *snap = kvl__cuda_dev_alloc(pool_bytes);
-		EXPECT_TRUE_MSG(snap != NULL, "cudaMalloc of the snapshot");
-		cudaMemset(dev_pool, 0, pool_bytes);
-		cudaMemset(snap, 0xff, pool_bytes);
-		cudaDeviceSynchronize();
-		EXPECT_CODE_MSG(kvl_test_slow_read(dev_pool, snap, pool_bytes,
-		                                   300000000ull, s),
-		                0, "the reader kernel: %s",
-		                cudaGetErrorString(cudaGetLastError()));
-		cudaEventRecord(ev, s);
-		rc = kvl_linker_load(lk, 3, pages, PAGES, dl);
-		EXPECT_RC(lk, rc, 0);
-		rc = kvl_linker_start_after(lk, ev, &batch);
-		EXPECT_RC(lk, rc, 0);
-		cudaEventRecord(ev, 0); /* a later record does not count */
-		for (uint32_t layer = 0; layer < LAYERS; layer++) {
-			rc = kvl_linker_wait(lk, batch, layer, 10000);
-			EXPECT_RC(lk, rc, 0);
-		}
-		collect(lk, 3, &c);
-		EXPECT_CODE_MSG(c.status, 0, "gated load: %zu valid",
-		                c.valid_pages);
-		cudaStreamSynchronize(s);
-		cudaMemcpy(host, snap, pool_bytes, cudaMemcpyDeviceToHost);
-		size_t written = 0;
-		for (size_t i = 0; i < pool_bytes; i++)
-			written += host[i] != 0;
-		EXPECT_EQ_MSG(written, 0,
-		              "the reader saw %zu bytes of the batch", written);
-		cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
-		for (size_t i = 0; i < PAGES; i++)
-			EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
-			                "gated load: page %zu in slot %zu", i,
-			                dst[i]);
-		kvl__cuda_dev_free(snap);
-	}
+	gated_load(lk, pages, dst);
 
 	/* Page 5 evicted after the lookup: pages 0..4 stay valid. */
 	char key[KVL_KEY_MAX];
@@ -716,6 +877,16 @@ int main(void)
 	 * go a page at a time. */
 	gated_host_pool();
 	through_store(l, "mem:?capacity=256MiB", 3);
+
+	/* The copy engines: forced, with the default ring and with one of
+	 * three rows a half (wrapping 6 times a layer); a ring too small for
+	 * a row, AUTO (8 KiB reads: the kernel) and KERNEL go by kernel. */
+	size_t row = 2 * PAGE_BYTES;
+	dma_loads(l, KVL_GPU_COPY_DMA, 0, 1);
+	dma_loads(l, KVL_GPU_COPY_DMA, (uint32_t)(6 * row), 1);
+	dma_loads(l, KVL_GPU_COPY_DMA, (uint32_t)row, 0);
+	dma_loads(l, KVL_GPU_COPY_AUTO, 0, 0);
+	dma_loads(l, KVL_GPU_COPY_KERNEL, 0, 0);
 	through_store(l, "fault+mem:?capacity=256MiB", 0);
 	through_store(l, "fault+mem:?capacity=256MiB", 3);
 	through_store(l, "fault+mem:?capacity=256MiB&fault.whole_reads=1", 0);

@@ -31,6 +31,13 @@ typedef struct lk_gpu {
 	/* view path */
 	kvl__view *pin_views; /* io_batch views, for one peek or release */
 	kvl__view *off_views; /* objects being written in place */
+	/* view path, copy engines (stage.c); stager NULL: kernel only */
+	kvl__stager *stager;
+	kvl__chunk *stage_list; /* the open half's scatter list, or NULL */
+	uint8_t *stage_mem;     /* the open half */
+	size_t stage_at;        /* its bytes used */
+	size_t stage_n;         /* its chunks used */
+	const lk_item **run;    /* the items of the run being collected */
 	/* ring path */
 	uint8_t *ring;        /* two halves of ring_half bytes */
 	size_t ring_half;
@@ -46,11 +53,23 @@ typedef struct lk_gpu {
 int kvl__lk_gpu_open(kvl_linker *lk, int ring, char *errbuf, size_t errlen);
 void kvl__lk_gpu_close(kvl_linker *lk);
 
-/* The chunk list being filled for the next launch of the load copier. */
+/* Reads of one layer that lie at a constant pitch in store memory: the
+ * first at `first`, the k-th at first + k * pitch (items in lk_gpu.run). */
+typedef struct lk_run {
+	const kvl__pool *p;
+	kvl__read rd;
+	const uint8_t *first;
+	uint64_t pitch;
+	size_t n;
+} lk_run;
+
+/* The chunk list being filled for the next launch of the load copier, and
+ * the run being collected. */
 typedef struct lk_gather {
 	kvl__chunk *ch;
 	size_t n;
-	int err; /* a launch failed */
+	int err; /* a launch or a copy failed */
+	lk_run run;
 } lk_gather;
 
 void kvl__lk_gather_start(kvl_linker *lk, lk_gather *gt);
@@ -62,6 +81,22 @@ void kvl__lk_gather_launch(kvl_linker *lk, lk_gather *gt);
 void kvl__lk_gather_read(kvl_linker *lk, lk_gather *gt, const kvl__pool *p,
                          const kvl__read *rd, const lk_item *it,
                          const uint8_t *src);
+/* The view path's read of an item's layer from store memory `src`: joins
+ * the run being collected (sent to the copy engines or the kernel as
+ * gpu_copy says once it ends), or is gathered by kernel. */
+void kvl__lk_stage_read(kvl_linker *lk, lk_gather *gt, const kvl__pool *p,
+                        const kvl__read *rd, const lk_item *it,
+                        const uint8_t *src);
+/* Sends the run being collected on its way (its 2D copies start now) and
+ * empties it. */
+void kvl__lk_stage_send(kvl_linker *lk, lk_gather *gt);
+/* Sends the run and scatters the open half: call before
+ * kvl__lk_gather_end. */
+void kvl__lk_stage_end(kvl_linker *lk, lk_gather *gt);
+/* The view path's copy engines: the stager when gpu_copy allows; 0 or
+ * the failure (message in errbuf). */
+int kvl__lk_stage_open(kvl_linker *lk, char *errbuf, size_t errlen);
+
 /* Records layer `layer`'s event after what gt launched: the layer's first
  * failure, or 0. */
 int kvl__lk_gather_end(kvl_linker *lk, lk_gather *gt, uint32_t layer);

@@ -19,6 +19,7 @@
 #define DEF_MAX_REQUESTS 4096u
 #define DEF_MAX_REQUEST_PAGES (1u << 20)
 #define DEF_IO_BATCH 4096u
+#define DEF_GPU_STAGING (64u << 20)
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -102,9 +103,11 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 		uint32_t max;
 	} limits[] = {{"max_requests", KVL_LINKER_MAX_REQUESTS},
 	              {"max_request_pages", KVL_LINKER_MAX_REQUEST_PAGES},
-	              {"io_batch", KVL_LINKER_MAX_IO_BATCH}};
+	              {"io_batch", KVL_LINKER_MAX_IO_BATCH},
+	              {"gpu_copy", KVL_GPU_COPY_DMA},
+	              {"gpu_staging", KVL_LINKER_MAX_GPU_STAGING}};
 	const uint32_t given[] = {o.max_requests, o.max_request_pages,
-	                          o.io_batch};
+	                          o.io_batch, o.gpu_copy, o.gpu_staging};
 	for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
 		if (given[i] > limits[i].max)
 			return kvl__fail_buf(errbuf, errlen, KVL_EINVAL,
@@ -117,6 +120,8 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 		o.max_request_pages = DEF_MAX_REQUEST_PAGES;
 	if (!o.io_batch)
 		o.io_batch = DEF_IO_BATCH;
+	if (!o.gpu_staging)
+		o.gpu_staging = DEF_GPU_STAGING;
 	o.struct_size = sizeof o;
 
 	kvl_linker *lk = calloc(1, sizeof *lk);

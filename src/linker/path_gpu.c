@@ -108,10 +108,10 @@ int kvl__lk_gpu_open(kvl_linker *lk, int ring, char *errbuf, size_t errlen)
 	}
 	const char *why = "out of memory";
 	if (!ok ||
-	    kvl__copier_create(device, lk->n_layers + 2, g->max_chunks,
+	    kvl__copier_create(device, lk->n_layers + 2, g->max_chunks, 1,
 	                       &g->load, &why) ||
-	    kvl__copier_create(device, 2, g->max_chunks, &g->off, &why) ||
-	    kvl__copier_create(device, KVL_LINKER_MAX_BATCHES, 1, &g->gate,
+	    kvl__copier_create(device, 2, g->max_chunks, 0, &g->off, &why) ||
+	    kvl__copier_create(device, KVL_LINKER_MAX_BATCHES, 1, 0, &g->gate,
 	                       &why))
 		return kvl__fail_buf(errbuf, errlen, KVL_EIO,
 		                     "cannot set up GPU copies on device %d: %s",
@@ -124,6 +124,8 @@ void kvl__lk_gpu_close(kvl_linker *lk)
 	lk_gpu *g = lk->gpu;
 	if (!g)
 		return;
+	kvl__stager_destroy(g->stager);
+	free(g->run);
 	kvl__copier_destroy(g->load);
 	kvl__copier_destroy(g->off);
 	kvl__copier_destroy(g->gate);

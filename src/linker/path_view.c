@@ -5,8 +5,9 @@
  *
  * Loads: in the batch's first layer that an item has, the loader holds its
  * object in the store (kvl__store_peek: a view of pinned, mapped store
- * memory), checks it, and gathers the layer's bytes from it straight into
- * the GPU slot; later layers gather from the same view, checked layer by
+ * memory), checks it, and copies the layer's bytes from it into the GPU
+ * slot (through the copy engines where objects form runs, else by the
+ * gather kernel: stage.c); later layers copy from the same view, checked layer by
  * layer on stores that are not trusted. Objects are held in groups of
  * GPU_PIN_GROUP in the first layer, whose copies then start at once; later
  * layers launch a full chunk list at a time. Views are let go after the
@@ -47,12 +48,13 @@ static int view_check(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
 	                       lk->mac, NULL);
 }
 
-/* Gathers layer ly of an item whose object is held in it->view. */
+/* Copies layer ly of an item whose object is held in it->view (by the
+ * copy engines or the kernel: stage.c). */
 static void gather_view(kvl_linker *lk, lk_gather *gt, const kvl__pool *p,
                         const kvl__layer *ly, const lk_item *it)
 {
 	kvl__read rd = kvl__read_plan(p, ly, 0);
-	kvl__lk_gather_read(lk, gt, p, &rd, it, it->view.data + rd.offset);
+	kvl__lk_stage_read(lk, gt, p, &rd, it, it->view.data + rd.offset);
 }
 
 /* Holds the io's gathered items (at their first layer of this batch),
@@ -90,6 +92,7 @@ static int hold_gathered(kvl_linker *lk, uint32_t layer, lk_gather *gt)
 			g->pin_views[n_bad++] = *v; /* n_bad <= k: read already */
 	}
 	kvl__store_release(lk->store, g->pin_views, n_bad);
+	kvl__lk_stage_send(lk, gt);
 	kvl__lk_gather_launch(lk, gt);
 	io->m = io->used = 0;
 	return first;
@@ -126,6 +129,7 @@ static int view_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 	}
 	if ((e = hold_gathered(lk, layer, &gt)) && !err)
 		err = e;
+	kvl__lk_stage_end(lk, &gt);
 	if ((e = kvl__lk_gather_end(lk, &gt, layer)) && !err)
 		err = e;
 	return err;
@@ -245,7 +249,8 @@ static void view_offload(kvl_linker *lk, lk_req *r, lk_item **items,
 
 static int view_open(kvl_linker *lk, char *errbuf, size_t errlen)
 {
-	return kvl__lk_gpu_open(lk, 0, errbuf, errlen);
+	int rc = kvl__lk_gpu_open(lk, 0, errbuf, errlen);
+	return rc ? rc : kvl__lk_stage_open(lk, errbuf, errlen);
 }
 
 const lk_path kvl__lk_path_view = {

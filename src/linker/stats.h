@@ -33,6 +33,8 @@ void kvl__hist_add(kvl__hist *h, uint64_t ns);
 	X(load_failures, "load requests that failed")                      \
 	X(loaded_pages, "pages loaded and valid")                          \
 	X(loaded_bytes, "bytes read into destination slots")               \
+	X(loaded_dma_bytes, "of loaded_bytes, those the GPU copy engines "  \
+	  "moved")                                                         \
 	X(canceled, "requests canceled")                                   \
 	X(batches, "load batches finished")                                \
 	X(offloads, "offload requests completed")                          \
