@@ -30,6 +30,7 @@ typedef struct bench_opts {
 	int cuda;                   /* --device cuda: the pool is on GPU 0 */
 	int json;
 	int stats;                  /* print the linker's stats at the end */
+	uint32_t gpu_copy;          /* --gpu-copy: kvl_linker_opts.gpu_copy */
 	kvl_stats_format stats_fmt;
 } bench_opts;
 
@@ -499,7 +500,9 @@ static int run_bench(const bench_opts *o)
 		        kvl_cli_uri(o->store_uri, shown, sizeof shown), err);
 		goto out;
 	}
-	if (kvl_linker_open(st, layout, NULL, &c.lk, err, sizeof err)) {
+	kvl_linker_opts lo = KVL_LINKER_OPTS_INIT;
+	lo.gpu_copy = o->gpu_copy;
+	if (kvl_linker_open(st, layout, &lo, &c.lk, err, sizeof err)) {
 		fprintf(stderr, "kvlink bench: linker: %s\n", err);
 		goto out;
 	}
@@ -557,6 +560,7 @@ static void bench_usage(FILE *f)
 	        "usage: kvlink bench [OPTIONS]\n"
 	        "  --store URI          store to use (default mem:?capacity=2GiB)\n"
 	        "  --device host|cuda   where the engine's pool lives (host)\n"
+	        "  --gpu-copy MODE      GPU loads: auto, kernel or dma (auto)\n"
 	        "  --layers N           model layers (32)\n"
 	        "  --kv-heads N         KV heads (8)\n"
 	        "  --head-dim N         head dimension (128)\n"
@@ -628,6 +632,19 @@ int kvl_cmd_bench(int argc, char **argv)
 				                : "this kvlink has no CUDA");
 				return 1;
 			}
+			continue;
+		}
+		if (!strcmp(a, "--gpu-copy")) {
+			static const char *modes[] = {"auto", "kernel", "dma"};
+			uint32_t m = 0;
+			if (++i < argc)
+				while (m < 3 && strcmp(argv[i], modes[m]))
+					m++;
+			if (i >= argc || m == 3)
+				return kvl_cli_usage_error(
+					"bench",
+					"--gpu-copy takes auto, kernel or dma");
+			o.gpu_copy = m;
 			continue;
 		}
 		if (!strcmp(a, "--store")) {

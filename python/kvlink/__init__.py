@@ -34,7 +34,8 @@ from .errors import (AlreadyExists, ArgumentOutOfRange, Canceled, Closed,
 from .hashes import hash_from_hex, hash_hex, hash_pages, namespace_seed, \
     sglang_namespace_seed
 from .layout import HitPolicy, Layout, MemKind, PoolInfo, Shard
-from .linker import (NO_SLOT, Completion, Linker, RankGroup, RequestKind)
+from .linker import (NO_SLOT, Completion, GpuCopy, Linker, RankGroup,
+                     RequestKind)
 from .prober import Prober
 from .store import Store, mem_policy_names, parse_size, redact_uri
 
@@ -82,7 +83,7 @@ __all__ = [
     "hash_from_hex",
     "Layout", "Shard", "MemKind", "HitPolicy", "PoolInfo",
     "Store", "parse_size", "mem_policy_names", "redact_uri",
-    "Linker", "Completion", "RequestKind", "RankGroup", "NO_SLOT", "Prober",
+    "Linker", "GpuCopy", "Completion", "RequestKind", "RankGroup", "NO_SLOT", "Prober",
     "KvlinkError", "InvalidArgument", "OutOfMemory", "NotFound", "OutOfRange",
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
     "Closed", "NotSupported", "ParseError", "PermissionDenied", "StateError",

@@ -54,6 +54,7 @@ KVL_LINKER_MAX_BATCHES = 64
 KVL_LINKER_MAX_REQUESTS = 1048576
 KVL_LINKER_MAX_REQUEST_PAGES = 16777216
 KVL_LINKER_MAX_IO_BATCH = 65536
+KVL_LINKER_MAX_GPU_STAGING = 1 << 30
 UINT32_MAX = 0xFFFFFFFF
 
 KVL_MEM_HOST = 0
@@ -64,6 +65,9 @@ KVL_REQ_LOAD = 1
 KVL_REQ_OFFLOAD = 2
 KVL_STATS_PROMETHEUS = 0
 KVL_STATS_JSON = 1
+KVL_GPU_COPY_AUTO = 0
+KVL_GPU_COPY_KERNEL = 1
+KVL_GPU_COPY_DMA = 2
 
 # -------------------------------------------------------------------- records
 
@@ -112,7 +116,9 @@ class kvl_linker_opts(Structure):
                 ("allreduce_user", c_void_p),
                 ("max_requests", c_uint32),
                 ("max_request_pages", c_uint32),
-                ("io_batch", c_uint32)]
+                ("io_batch", c_uint32),
+                ("gpu_copy", c_uint32),
+                ("gpu_staging", c_uint32)]
 
 
 class kvl_completion(Structure):

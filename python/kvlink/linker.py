@@ -34,6 +34,7 @@ import ctypes
 import enum
 import json
 import math
+import operator
 import threading
 from typing import (Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple,
                     Optional, Sequence, Union)
@@ -144,6 +145,28 @@ replaces it in place by the bitwise AND over all ranks (e.g. with
 ``torch.distributed.all_reduce(t, op=ReduceOp.BAND)`` on an int64 view)."""
 
 
+class GpuCopy(enum.IntEnum):
+    """How loads into GPU pools move the bytes of objects the store lends
+    (kvl_gpu_copy)."""
+    AUTO = _lib.KVL_GPU_COPY_AUTO      #: copy engines where runs pay
+    KERNEL = _lib.KVL_GPU_COPY_KERNEL  #: the gather kernel only
+    DMA = _lib.KVL_GPU_COPY_DMA        #: copy engines for every run
+
+    @classmethod
+    def of(cls, value: Union["GpuCopy", int, str]) -> int:
+        """``value``, or the member of that name (any case), as an int;
+        ValueError for anything else."""
+        names = ", ".join(m.name.lower() for m in cls)
+        try:
+            if isinstance(value, str):
+                return int(cls[value.upper()])
+            if not isinstance(value, bool):
+                return int(cls(operator.index(value)))
+        except (KeyError, ValueError, TypeError):
+            pass
+        raise ValueError(f"gpu_copy: {value!r} is not one of {names}")
+
+
 class Linker(Closable):
     """The engine-facing object over a finalized layout and a store.
 
@@ -153,6 +176,10 @@ class Linker(Closable):
         max_requests: requests accepted and not yet polled (default 4096).
         max_request_pages: pages of one request (default 2^20).
         io_batch: items one store call carries (default 4096).
+        gpu_copy: how loads into GPU pools move bytes the store lends
+            (a GpuCopy, or its name: "auto", "kernel", "dma").
+        gpu_staging: bytes of the copy engines' GPU staging ring
+            (default 64 MiB, at most 1 GiB).
         allreduce: across ranks for lookups (None: this is the only rank).
 
     Raises:
@@ -165,7 +192,10 @@ class Linker(Closable):
 
     def __init__(self, layout: Layout, store: Store, *,
                  max_requests: int = 0, max_request_pages: int = 0,
-                 io_batch: int = 0, allreduce: Optional[AllReduce] = None):
+                 io_batch: int = 0,
+                 gpu_copy: Union["GpuCopy", int, str] = 0,
+                 gpu_staging: int = 0,
+                 allreduce: Optional[AllReduce] = None):
         self._h = _lib.LinkerP()
         self._guard = CallGuard("linker")
         for what, obj, cls in (("layout", layout, Layout),
@@ -188,6 +218,10 @@ class Linker(Closable):
         opts.max_request_pages = c_int(max_request_pages, "uint32_t",
                                        "Linker: max_request_pages")
         opts.io_batch = c_int(io_batch, "uint32_t", "Linker: io_batch")
+        opts.gpu_copy = c_int(GpuCopy.of(gpu_copy), "uint32_t",
+                              "Linker: gpu_copy")
+        opts.gpu_staging = c_int(gpu_staging, "uint32_t",
+                                 "Linker: gpu_staging")
         if isinstance(allreduce, RankGroup):
             opts.allreduce = ctypes.cast(lib.kvl_rank_group_allreduce,
                                          _lib.kvl_allreduce_fn)

@@ -39,7 +39,7 @@ from ._engine import EngineClass, StoreLink, Warnings, check_numbers, \
     config, model_tag
 from .errors import KvlinkError
 from .layout import Layout, MemKind
-from .linker import NO_SLOT, Linker
+from .linker import NO_SLOT, GpuCopy, Linker
 
 try:
     import numpy as _np
@@ -61,6 +61,8 @@ DEFAULTS: Dict[str, Any] = {
     "reconnect_s": 10.0,        # retry a store that failed to open
     "max_requests": 0,          # kvlink Linker options (0: its default)
     "io_batch": 0,
+    "gpu_copy": "auto",         # a kvlink.GpuCopy name: auto, kernel, dma
+    "gpu_staging": 0,           # bytes of its GPU staging ring (0: 64 MiB)
 }
 
 
@@ -170,8 +172,10 @@ class _KvlinkLinker:
         self._cfg = config(extra_config, DEFAULTS,
                            "kvlink.sglang: linker_extra_config")
         check_numbers(self._cfg, ("load_timeout_s", "reconnect_s",
-                                  "max_requests", "io_batch"),
+                                  "max_requests", "io_batch",
+                                  "gpu_staging"),
                       "kvlink.sglang: linker_extra_config")
+        self._cfg["gpu_copy"] = GpuCopy.of(self._cfg["gpu_copy"])
         self.page_size = int(params.page_size)
         kvcache = params.token_to_kv_pool_allocator.get_kvcache()
         specs = pools.pool_specs(kvcache, params,
@@ -205,7 +209,9 @@ class _KvlinkLinker:
             self._cfg["store"], self._cfg["reconnect_s"],
             lambda store: Linker(self.layout, store,
                                  max_requests=int(self._cfg["max_requests"]),
-                                 io_batch=int(self._cfg["io_batch"])),
+                                 io_batch=int(self._cfg["io_batch"]),
+                                 gpu_copy=self._cfg["gpu_copy"],
+                                 gpu_staging=int(self._cfg["gpu_staging"])),
             self._warn, "SGLang")
         self._connect(starting=True)
 

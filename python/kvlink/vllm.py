@@ -51,7 +51,7 @@ from ._engine import EngineClass, StoreLink, Warnings, check_numbers, \
 from .errors import KvlinkError
 from .hashes import hash_pages, namespace_seed
 from .layout import MemKind, Shard
-from .linker import Linker
+from .linker import GpuCopy, Linker
 from .prober import Prober
 
 log = logging.getLogger("kvlink.vllm")
@@ -65,6 +65,8 @@ DEFAULTS: Dict[str, Any] = {
     "kv_layout": None,        # NHD or HND; default: vLLM's
     "load_timeout_s": 60.0,   # a load longer than this fails its blocks
     "reconnect_s": 10.0,      # retry a store that failed to open
+    "gpu_copy": "auto",       # a kvlink.GpuCopy name: auto, kernel, dma
+    "gpu_staging": 0,         # bytes of its GPU staging ring (0: 64 MiB)
 }
 
 SCHEDULER, WORKER = 0, 1  # vLLM's KVConnectorRole values
@@ -132,8 +134,10 @@ class _KvlinkConnector:
         tc = vllm_config.kv_transfer_config
         self._cfg = config(getattr(tc, "kv_connector_extra_config", None),
                            DEFAULTS, "kvlink.vllm: kv_connector_extra_config")
-        check_numbers(self._cfg, ("load_timeout_s", "reconnect_s"),
+        check_numbers(self._cfg, ("load_timeout_s", "reconnect_s",
+                                  "gpu_staging"),
                       "kvlink.vllm: kv_connector_extra_config")
+        self._cfg["gpu_copy"] = GpuCopy.of(self._cfg["gpu_copy"])
         if kv_cache_config is None:
             raise vl.Unsupported("kvlink.vllm needs the KV cache config "
                                  "(vLLM passes it to connectors since "
@@ -307,7 +311,11 @@ class _KvlinkConnector:
         self._cuda = any(array_info(t).mem == MemKind.CUDA
                          for t in kv_caches.values())
         self._linker = StoreLink(self._cfg["store"], self._cfg["reconnect_s"],
-                                 lambda store: Linker(layout, store),
+                                 lambda store: Linker(
+                                     layout, store,
+                                     gpu_copy=self._cfg["gpu_copy"],
+                                     gpu_staging=int(
+                                         self._cfg["gpu_staging"])),
                                  self._warn, "vLLM")
         self._linker.get(starting=True)
 

@@ -102,7 +102,8 @@ def test_layout_integers_checked():
 
 def test_linker_integers_checked(store):
     lay = kv_layout(kv_pool())
-    for opt in ("max_requests", "max_request_pages", "io_batch"):
+    for opt in ("max_requests", "max_request_pages", "io_batch",
+                "gpu_staging"):
         with pytest.raises(OverflowError, match=f"Linker: {opt}"):
             kvl.Linker(lay, store, **{opt: 2**32})
         with pytest.raises(TypeError, match=f"Linker: {opt}"):
@@ -110,6 +111,14 @@ def test_linker_integers_checked(store):
     # In range for uint32_t but above the library's limit: its own error.
     with pytest.raises(kvl.InvalidArgument, match="max_requests"):
         kvl.Linker(lay, store, max_requests=2**32 - 1)
+    with pytest.raises(kvl.InvalidArgument, match="gpu_staging"):
+        kvl.Linker(lay, store, gpu_staging=2**30 + 1)
+    # gpu_copy: a GpuCopy, its value or its name.
+    for bad in (3, -1, "fast", True, 1.0, None):
+        with pytest.raises(ValueError, match="gpu_copy"):
+            kvl.Linker(lay, store, gpu_copy=bad)
+    for good in (kvl.GpuCopy.DMA, 1, "Kernel", "auto"):
+        kvl.Linker(lay, store, gpu_copy=good).close()
     with pytest.raises(OverflowError, match="RankGroup: n_ranks"):
         kvl.RankGroup(0)
     lk = kvl.Linker(lay, store)

@@ -184,7 +184,8 @@ def test_factory_and_config():
     with pytest.raises(ValueError, match="linker_extra_config: unknown keys"):
         Server("mha", "mem:", extra={"stor": "mem:"})
     for key, bad in (("load_timeout_s", "soon"), ("reconnect_s", -1),
-                     ("io_batch", None)):
+                     ("io_batch", None), ("gpu_staging", -1),
+                     ("gpu_copy", "fast")):
         with pytest.raises(ValueError, match=key):
             Server("mha", "mem:", extra={key: bad})
     # A store that cannot be opened for another reason than being down is

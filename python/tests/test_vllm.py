@@ -311,6 +311,9 @@ def test_store_down_and_bad_config():
         engine("mem:", extra={"stor": 1})
     with pytest.raises(ValueError, match="load_timeout_s"):
         engine("mem:", extra={"load_timeout_s": "soon"})
+    for key, bad in (("gpu_copy", "fast"), ("gpu_staging", -1)):
+        with pytest.raises(ValueError, match=key):
+            engine("mem:", extra={key: bad})
     with pytest.raises(kvl.KvlinkError):
         engine("nosuch://x")
     cfg, kcc = model("flash", extra={"store": "mem:"})
