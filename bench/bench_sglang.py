@@ -49,6 +49,9 @@ def parse_args():
                     help="GEMM time of the overlapped forward pass")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--store", default="mem:?capacity=6GiB&prealloc=1")
+    ap.add_argument("--gpu-copy", default="auto",
+                    choices=("auto", "kernel", "dma"),
+                    help="the linker's gpu_copy (kvlink.GpuCopy)")
     ap.add_argument("--json")
     return ap.parse_args()
 
@@ -96,7 +99,8 @@ def main():
             token_to_kv_pool_allocator=sg.TokenAllocator(kv, slots),
             page_size=ps)
         cfg = {"linker": "KvlinkLinker", "linker_module_path": "kvlink.sglang",
-               "linker_extra_config": {"store": store}}
+               "linker_extra_config": {"store": store,
+                                       "gpu_copy": args.gpu_copy}}
         lk = create_linker(cfg, sg.ServerArgs(), params,
                            [ComponentType.FULL])
 
@@ -109,6 +113,7 @@ def main():
     dst_kv, dst = server(alloc_zero)
     torch.cuda.synchronize()
     out = {"device": torch.cuda.get_device_name(), "layers": L,
+           "gpu_copy": args.gpu_copy,
            "tokens": pages * ps, "page_size": ps,
            "chunk_bytes": ps * args.kv_heads * args.head_dim * 2,
            "bytes": bytes_total}
