@@ -131,12 +131,13 @@ static void test_run_breaks_at_a_taken_block(void **state)
 	kvl__arena_destroy(&a);
 }
 
-/* A chunk holds CHUNK / block blocks; the next goes to a new chunk. */
+/* A chunk made for a length holds whole blocks, at least CHUNK bytes;
+ * the next block goes to a new chunk. */
 static void test_run_ends_with_its_chunk(void **state)
 {
 	(void)state;
 	kvl__arena a = arena();
-	size_t per = CHUNK / (100u << 10);
+	size_t per = (CHUNK + (100u << 10) - 1) / (100u << 10); /* 11 */
 	uint8_t *b[32];
 	alloc_n(&a, b, per + 3, 100u << 10);
 	ASSERT_EQ(chunks_made, 2);

@@ -137,10 +137,8 @@ void *kvl__arena_alloc(kvl__arena *a, size_t len)
 		if (!c->block && !spare && c->bytes >= block)
 			spare = c;
 	}
-	if (!spare) {
-		size_t bytes = block > a->chunk_bytes ? block : a->chunk_bytes;
-		spare = chunk_add(a, bytes);
-	}
+	if (!spare) /* whole blocks: none of it is wasted at the end */
+		spare = chunk_add(a, (a->chunk_bytes + block - 1) / block * block);
 	if (!spare || chunk_assign(spare, block))
 		return NULL;
 	return take(a, spare, 0);

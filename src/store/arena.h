@@ -30,8 +30,9 @@ typedef struct kvl__arena_chunk kvl__arena_chunk;
 typedef struct kvl__arena {
 	void *(*chunk_alloc)(size_t len); /* NULL on failure */
 	void (*chunk_free)(void *p);
-	size_t chunk_bytes;          /* a new chunk's size, unless a block
-	                              * needs more */
+	size_t chunk_bytes;          /* a reserved chunk's size; one made
+	                              * for a block length holds whole
+	                              * blocks, at least this many bytes */
 	kvl__arena_chunk **chunks;   /* by address */
 	size_t n_chunks, cap_chunks;
 	kvl__arena_chunk *last;      /* the chunk of the last allocation */
