@@ -6,10 +6,13 @@
  * belongs to one linker thread (the loader or the offloader) and moves lists
  * of (source, destination, length) chunks with one kernel launch per list:
  * a gather kernel in which a warp (small chunks) or a thread block (large
- * ones) copies each chunk with 16-byte loads and stores. Host memory it touches must be pinned and mapped
- * (kvl__cuda_host_alloc), so the kernel reads or writes it over PCIe
- * directly; one launch per layer reaches the PCIe ceiling at every chunk
- * size, where one cudaMemcpyAsync per chunk tops out near 5 GB/s at 16 KiB.
+ * ones) copies each chunk with 16-byte loads and stores. Host memory it
+ * touches must be pinned and mapped (kvl__cuda_host_alloc), so the kernel
+ * reads or writes it over PCIe directly; one launch per layer reaches 0.9
+ * of the PCIe ceiling at every chunk size, where one cudaMemcpyAsync per
+ * chunk tops out near 5 GB/s at 16 KiB. A stager instead lets the copy
+ * engines move runs of objects (2D copies) into device memory, from where
+ * the copier scatters them.
  */
 #ifndef KVL_CUDA_H
 #define KVL_CUDA_H

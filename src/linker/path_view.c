@@ -7,8 +7,8 @@
  * object in the store (kvl__store_peek: a view of pinned, mapped store
  * memory), checks it, and copies the layer's bytes from it into the GPU
  * slot (through the copy engines where objects form runs, else by the
- * gather kernel: stage.c); later layers copy from the same view, checked layer by
- * layer on stores that are not trusted. Objects are held in groups of
+ * gather kernel: stage.c); later layers copy from the same view, checked
+ * layer by layer on stores that are not trusted. Objects are held in groups of
  * GPU_PIN_GROUP in the first layer, whose copies then start at once; later
  * layers launch a full chunk list at a time. Views are let go after the
  * batch's last layer, so an object can be evicted meanwhile but its memory

@@ -13,8 +13,8 @@
  * another, with no scatter, loads 2-3 % faster alone but overlapped GEMMs
  * worse on an H200: 1.16 x ideal against the ring's 1.03.) Reads outside
  * runs, and runs too short to pay (gpu_copy AUTO), go by the gather
- * kernel as before.
- * Every read was checked before it gets here, whichever way it goes.
+ * kernel as before. Every read was checked before it gets here,
+ * whichever way it goes.
  */
 #include <stdlib.h>
 
@@ -22,9 +22,10 @@
 
 /* gpu_copy AUTO: a run goes to the copy engines when each object's read
  * is at least this long and the run's reads are this many bytes in all.
- * Measured on an H200 (bench_gpu): with 32 KiB reads the ring loads at
- * 0.84 of the ceiling against the kernel's 0.89, with 64 KiB at 0.92
- * against 0.91; runs of 16 64 KiB reads (1 MiB a copy) at 0.75. */
+ * Measured on an H200 (bench_gpu, runs of whole prefixes): reads of
+ * 32 KiB load through the ring at 0.78-0.84 of the PCIe ceiling against
+ * the kernel's 0.88, of 64 KiB at 0.91 against 0.905, of 128 KiB at 0.965
+ * against 0.91; runs of 16 reads of 64 KiB (1 MiB a copy) at 0.75. */
 #define STAGE_MIN_SPAN (64u << 10)
 #define STAGE_MIN_RUN (4u << 20)
 
@@ -35,12 +36,15 @@ int kvl__lk_stage_open(kvl_linker *lk, char *errbuf, size_t errlen)
 		return 0;
 	const char *why = "out of memory";
 	g->run = calloc(lk->opts.io_batch, sizeof *g->run);
+	/* Halves of whole 64-byte units keep every row aligned. */
+	size_t half = (lk->opts.gpu_staging / 2) & ~(size_t)63;
 	if (!g->run ||
-	    kvl__stager_create(g->load, g->device, lk->opts.gpu_staging / 2,
-	                       g->max_chunks, &g->stager, &why))
+	    kvl__stager_create(g->load, g->device, half, g->max_chunks,
+	                       &g->stager, &why))
 		return kvl__fail_buf(errbuf, errlen, KVL_EIO,
 		                     "cannot set up the GPU staging ring of "
-		                     "%u bytes on device %d: %s",
+		                     "%u bytes on device %d: %s (gpu_copy "
+		                     "KERNEL needs none)",
 		                     lk->opts.gpu_staging, g->device, why);
 	return 0;
 }
