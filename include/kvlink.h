@@ -61,7 +61,7 @@ extern "C" {
 
 /* The one source of kvlink's version (the build and the bindings read it). */
 #define KVL_VERSION_MAJOR 0
-#define KVL_VERSION_MINOR 4
+#define KVL_VERSION_MINOR 5
 #define KVL_VERSION_PATCH 0
 
 /* ===================================================================== errors */
@@ -841,6 +841,42 @@ KVL_API int kvl_linker_stats_render(kvl_linker *lk, kvl_stats_format format,
  * evictions, errors). */
 KVL_API int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
                                    char *buf, size_t len, size_t *needed);
+
+/* ==================================================================== logging */
+
+/* What kvlink says on its own: a store whose circuit breaker opens or
+ * closes, a Redis node that goes down or comes back, an option a store
+ * accepted but cannot honour. Failures of calls are never logged (their
+ * return codes and *_errmsg say them); repeated messages of one kind are
+ * rate-limited (a few per 10 s, then one saying how many were dropped). */
+typedef enum kvl_log_level {
+	KVL_LOG_OFF = -1,    /* as a threshold: nothing */
+	KVL_LOG_ERROR = 0,
+	KVL_LOG_WARNING = 1, /* the default threshold */
+	KVL_LOG_INFO = 2,
+	KVL_LOG_DEBUG = 3
+} kvl_log_level;
+
+/* A log sink: `component` names the part ("store", "redis", ...),
+ * `message` has no trailing newline; both are valid during the call only.
+ * Called from whichever kvlink thread logs (the caller's, the loader's, a
+ * prober's), one call at a time; it must return soon and must not call
+ * into kvlink (a kvlink lock may be held). */
+typedef void (*kvl_log_fn)(void *user, kvl_log_level level,
+                           const char *component, const char *message);
+
+/* Sends messages at `level` or more severe (KVL_LOG_OFF: none) to fn(user,
+ * ...), or with fn NULL to standard error as "kvlink: LEVEL: [component]
+ * message". Until the first call, the sink is standard error and the
+ * threshold comes from the environment variable KVL_LOG_LEVEL (off, error,
+ * warning, info or debug; default warning; another value is itself
+ * reported, once). Thread-safe; takes effect for messages not yet begun.
+ * Errors: KVL_EINVAL (level outside KVL_LOG_OFF..KVL_LOG_DEBUG; nothing
+ * changes). */
+KVL_API int kvl_log_set(kvl_log_fn fn, void *user, int level);
+
+/* The threshold in effect. Thread-safe. */
+KVL_API int kvl_log_get_level(void);
 
 /* =================================================================== advanced */
 

@@ -1136,6 +1136,15 @@ static int r_store_render_small(void)
 	return rc == KVL_ERANGE && need < 8 ? -999 : rc;
 }
 
+static int r_log_level(void)
+{
+	int before = kvl_log_get_level();
+	int rc = kvl_log_set(NULL, NULL, KVL_LOG_DEBUG + 1);
+	int low = kvl_log_set(NULL, NULL, KVL_LOG_OFF - 1);
+	/* Both refused, and the threshold unchanged. */
+	return low == rc && kvl_log_get_level() == before ? rc : -999;
+}
+
 /* ======================================================== store states */
 
 static int r_state_down_exists(void)
@@ -2273,6 +2282,10 @@ static int r_cli_hash_prior(void)
 	return TOOL("", "hash", "--page-size", "2", "--prior", "abc", "1");
 }
 static int r_cli_unknown_command(void) { return TOOL("", "frobnicate"); }
+static int r_cli_bench_gpu_copy(void)
+{
+	return TOOL("", "bench", "--gpu-copy", "fast");
+}
 
 /* Trace rows: the line is written to a file that `kvlink replay` reads. */
 static int trace(const char *text)
@@ -2570,6 +2583,7 @@ static const row rows[] = {
 	R("poll.null", r_poll_null),
 	R("stats.format", r_stats_format),
 	R("stats.small", r_stats_small),
+	R("log.level", r_log_level),
 	R("done.load-absent", r_done_absent),
 	R("done.load-corrupt", r_done_corrupt),
 	R("done.load-foreign", r_done_foreign),
@@ -2584,6 +2598,7 @@ static const row rows[] = {
 	R("cli.hash-stdin", r_cli_hash_stdin),
 	R("cli.hash-prior", r_cli_hash_prior),
 	R("cli.unknown-command", r_cli_unknown_command),
+	R("cli.bench-gpu-copy", r_cli_bench_gpu_copy),
 	R("trace.negative", r_trace_negative),
 	R("trace.id-count", r_trace_count),
 	R("trace.missing-field", r_trace_missing),

@@ -678,15 +678,44 @@ static void test_timeout(void **state)
 	kvl_store_close(s);
 }
 
+/* What kvlink logs during test_breaker. */
+static struct {
+	pthread_mutex_t mu;
+	char text[4096];
+} logged = {PTHREAD_MUTEX_INITIALIZER, ""};
+
+static void log_capture(void *user, kvl_log_level level,
+                        const char *component, const char *message)
+{
+	(void)user;
+	pthread_mutex_lock(&logged.mu);
+	size_t n = strlen(logged.text);
+	snprintf(logged.text + n, sizeof logged.text - n, "%d [%s] %s\n",
+	         (int)level, component, message);
+	pthread_mutex_unlock(&logged.mu);
+}
+
+static int logged_has(const char *needle)
+{
+	pthread_mutex_lock(&logged.mu);
+	int has = strstr(logged.text, needle) != NULL;
+	pthread_mutex_unlock(&logged.mu);
+	return has;
+}
+
 /* The store's circuit breaker: a server that stalls (paused) fails three
  * calls after the timeout each, then calls fail at once with KVL_EIO
  * without reaching the network, a linker's lookup among them; the prober
- * closes the breaker once the server answers again, with nobody calling. */
+ * closes the breaker once the server answers again, with nobody calling.
+ * The log says the node and the store went down (warnings naming them,
+ * the password redacted) and came back (info). */
 static void test_breaker(void **state)
 {
 	(void)state;
-	int P = start_server("");
-	kvl_store *s = open_okf("redis://127.0.0.1:%d?timeout_ms=200"
+	int P = start_server("--requirepass s3cret");
+	logged.text[0] = '\0';
+	ASSERT_CODE(kvl_log_set(log_capture, NULL, KVL_LOG_INFO), KVL_OK);
+	kvl_store *s = open_okf("redis://:s3cret@127.0.0.1:%d?timeout_ms=200"
 	                        "&breaker=3&breaker_ms=50",
 	                        P);
 	uint8_t buf[64] = { 3 };
@@ -736,6 +765,19 @@ static void test_breaker(void **state)
 	ASSERT_EQ(st.breaker_open, 0);
 	ASSERT_EQ(get1(s, "br/a", 0, buf, 64), 64);
 	kvl_store_close(s);
+	kvl_log_set(NULL, NULL, KVL_LOG_WARNING);
+	char want[128];
+	snprintf(want, sizeof want, "1 [redis] 127.0.0.1:%d is down", P);
+	ASSERT_TRUE_MSG(logged_has(want), "no node warning in: %s",
+	                logged.text);
+	snprintf(want, sizeof want, "1 [store] redis://:***@127.0.0.1:%d?", P);
+	ASSERT_TRUE_MSG(logged_has(want) && logged_has("3 calls in a row"),
+	                "no breaker warning in: %s", logged.text);
+	ASSERT_TRUE_MSG(logged_has("2 [store] redis://:***@") &&
+	                        logged_has("answers again"),
+	                "no info that the store is back in: %s", logged.text);
+	ASSERT_TRUE_MSG(!logged_has("s3cret"), "the password was logged: %s",
+	                logged.text);
 }
 
 /* A seed that accepts connections but does not answer (a paused server)

@@ -37,6 +37,7 @@ from .layout import HitPolicy, Layout, MemKind, PoolInfo, Shard
 from .linker import (NO_SLOT, Completion, GpuCopy, Linker, RankGroup,
                      RequestKind)
 from .prober import Prober
+from . import log  # the library's messages go to logging's "kvlink"
 from .store import Store, mem_policy_names, parse_size, redact_uri
 
 #: The loaded library's version (kvl_version()), "MAJOR.MINOR.PATCH".
@@ -88,6 +89,6 @@ __all__ = [
     "AlreadyExists", "StoreIOError", "Corrupt", "Timeout", "Canceled", "Full",
     "Closed", "NotSupported", "ParseError", "PermissionDenied", "StateError",
     "ArgumentOutOfRange",
-    "error_class",
+    "error_class", "log",
     "ERRORS", "ERROR_TABLE", "HASH_BYTES",
 ]

@@ -65,6 +65,11 @@ KVL_REQ_LOAD = 1
 KVL_REQ_OFFLOAD = 2
 KVL_STATS_PROMETHEUS = 0
 KVL_STATS_JSON = 1
+KVL_LOG_OFF = -1
+KVL_LOG_ERROR = 0
+KVL_LOG_WARNING = 1
+KVL_LOG_INFO = 2
+KVL_LOG_DEBUG = 3
 KVL_GPU_COPY_AUTO = 0
 KVL_GPU_COPY_KERNEL = 1
 KVL_GPU_COPY_DMA = 2
@@ -108,6 +113,7 @@ class kvl_store_stats(Structure):
 
 
 kvl_allreduce_fn = CFUNCTYPE(c_int, POINTER(c_uint64), c_size_t, c_void_p)
+kvl_log_fn = CFUNCTYPE(None, c_void_p, c_int, c_char_p, c_char_p)
 
 
 class kvl_linker_opts(Structure):
@@ -254,6 +260,9 @@ _PROTOTYPES = {
                                         c_size_t_p]),
     "kvl_store_stats_render": (c_int, [StoreP, c_int, c_char_p, c_size_t,
                                        c_size_t_p]),
+    # logging
+    "kvl_log_set": (c_int, [kvl_log_fn, c_void_p, c_int]),
+    "kvl_log_get_level": (c_int, []),
     # advanced: store batch calls
     "kvl_store_exists": (c_int, [StoreP, POINTER(c_char_p), c_size_t,
                                  c_int_p]),
@@ -295,7 +304,7 @@ _PROTOTYPES = {
 # The library major.minor these bindings were written against. Before 1.0 a
 # minor version may change the API (0.2 and 0.3 did), so a 0.x library must match
 # major and minor; from 1.0 on, any later minor of the same major does.
-BOUND_VERSION = (0, 4)
+BOUND_VERSION = (0, 5)
 
 LIBRARY_ENV = "KVLINK_LIBRARY"
 

@@ -14,11 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/log.h"
 #include "store/breaker.h"
 
 #define BACKOFF_GROWTH 16u /* the longest back-off, in first back-offs */
 
 struct kvl__breaker {
+	char name[160]; /* the store, for the log */
 	unsigned threshold;
 	uint64_t backoff_min_ms;
 	int (*probe)(void *ctx);
@@ -36,12 +38,17 @@ struct kvl__breaker {
 	pthread_t prober;
 };
 
-kvl__breaker *kvl__breaker_new(unsigned threshold, uint32_t backoff_ms,
-                               int (*probe)(void *ctx), void *ctx)
+/* Rate limits of the two messages (every breaker of the process). */
+static kvl__log_limit opened_limit, closed_limit;
+
+kvl__breaker *kvl__breaker_new(const char *name, unsigned threshold,
+                               uint32_t backoff_ms, int (*probe)(void *ctx),
+                               void *ctx)
 {
 	kvl__breaker *b = calloc(1, sizeof *b);
 	if (!b)
 		return NULL;
+	snprintf(b->name, sizeof b->name, "%s", name);
 	b->threshold = threshold;
 	b->backoff_min_ms = backoff_ms ? backoff_ms : 1;
 	b->probe = probe;
@@ -71,6 +78,14 @@ void kvl__breaker_free(kvl__breaker *b)
 	free(b);
 }
 
+/* Closes the breaker if it is open: the store answered. */
+static void close_breaker(kvl__breaker *b)
+{
+	if (atomic_exchange(&b->open, 0))
+		kvl__log(&closed_limit, KVL_LOG_INFO, "store",
+		         "%s answers again: calls go through", b->name);
+}
+
 /* The prober: sleeps until the breaker opens, then probes after each
  * back-off until a probe succeeds. */
 static void *prober_main(void *arg)
@@ -93,7 +108,9 @@ static void *prober_main(void *arg)
 		pthread_mutex_lock(&b->mu);
 		if (rc == 0) {
 			atomic_store(&b->fails, 0);
-			atomic_store(&b->open, 0);
+			pthread_mutex_unlock(&b->mu);
+			close_breaker(b);
+			pthread_mutex_lock(&b->mu);
 		} else if (b->backoff_ms < b->backoff_min_ms * BACKOFF_GROWTH) {
 			b->backoff_ms *= 2;
 		}
@@ -122,10 +139,12 @@ void kvl__breaker_record(kvl__breaker *b, int failed, const char *why)
 		if (atomic_load_explicit(&b->fails, memory_order_relaxed))
 			atomic_store(&b->fails, 0);
 		if (atomic_load_explicit(&b->open, memory_order_relaxed))
-			atomic_store(&b->open, 0); /* it answered after all */
+			close_breaker(b); /* it answered after all */
 		return;
 	}
 	unsigned f = atomic_fetch_add(&b->fails, 1) + 1;
+	int opened = 0;
+	uint64_t backoff = 0;
 	pthread_mutex_lock(&b->mu);
 	snprintf(b->why, sizeof b->why, "%s", why);
 	if (f >= b->threshold && !atomic_load(&b->open) && !b->stopping) {
@@ -138,9 +157,17 @@ void kvl__breaker_record(kvl__breaker *b, int failed, const char *why)
 			atomic_fetch_add(&b->opens, 1);
 			atomic_store(&b->open, 1);
 			pthread_cond_broadcast(&b->cv);
+			opened = 1;
+			backoff = b->backoff_ms;
 		}
 	}
 	pthread_mutex_unlock(&b->mu);
+	if (opened)
+		kvl__log(&opened_limit, KVL_LOG_WARNING, "store",
+		         "%s is down: %u calls in a row failed (last: %s); calls "
+		         "fail at once until a probe (every %llu ms at first) "
+		         "reaches it",
+		         b->name, f, why, (unsigned long long)backoff);
 }
 
 void kvl__breaker_stats(kvl__breaker *b, uint64_t *opens, uint64_t *refused,

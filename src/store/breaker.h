@@ -21,12 +21,14 @@
 
 typedef struct kvl__breaker kvl__breaker;
 
-/* A breaker opening after `threshold` (> 0) failed calls in a row, whose
- * prober calls probe(ctx) (0: the store answers) every backoff_ms at
- * first. NULL: out of memory. The prober thread starts when the breaker
- * first opens. */
-kvl__breaker *kvl__breaker_new(unsigned threshold, uint32_t backoff_ms,
-                               int (*probe)(void *ctx), void *ctx);
+/* A breaker of the store `name` (a redacted URI, for the log: opening is
+ * a warning, closing again is info) opening after `threshold` (> 0) failed
+ * calls in a row, whose prober calls probe(ctx) (0: the store answers)
+ * every backoff_ms at first. NULL: out of memory. The prober thread starts
+ * when the breaker first opens. */
+kvl__breaker *kvl__breaker_new(const char *name, unsigned threshold,
+                               uint32_t backoff_ms, int (*probe)(void *ctx),
+                               void *ctx);
 
 /* Stops the prober (waiting for a probe in flight) and frees b (NULL is
  * fine). */

@@ -29,6 +29,7 @@
 #include "core/render.h"
 #include "kvl_config.h"
 #include "store/backend.h"
+#include "core/log.h"
 #include "store/breaker.h"
 
 /* The door's circuit breaker (breaker.h): calls failed in a row that open
@@ -174,6 +175,9 @@ static int door_options(kvl__uri *u, kvl_store *s, int wrapped, door_opts *d,
 	return wrapped ? 0 : store_secret(u, &s->mac, msg, len);
 }
 
+/* Stores opened with an option they cannot honour (the log's rate limit). */
+static kvl__log_limit note_limit;
+
 /* kvl_store_open; `wrapped`: the store a wrapper wraps, which takes no
  * secret (the wrapper's door seals and checks). */
 static int store_open(const char *uri, kvl_store **out, char *errbuf,
@@ -223,8 +227,10 @@ static int store_open(const char *uri, kvl_store **out, char *errbuf,
 		                   "in this process; tenants separate the keys "
 		                   "of a shared remote store",
 		                   ops->scheme);
+	char shown[160];
+	kvl__uri_redact(uri, shown, sizeof shown);
 	if (rc == 0 && (d.breaker_set || s->caps.remote) && d.breaker &&
-	    !(s->breaker = kvl__breaker_new(d.breaker, d.breaker_ms,
+	    !(s->breaker = kvl__breaker_new(shown, d.breaker, d.breaker_ms,
 	                                    store_probe, s)))
 		rc = kvl__fail_buf(msg, sizeof msg, KVL_ENOMEM,
 		                   "kvl_store_open: out of memory");
@@ -233,8 +239,11 @@ static int store_open(const char *uri, kvl_store **out, char *errbuf,
 		goto fail_store;
 	}
 	kvl__uri_free(&u);
-	if (s->note[0]) /* what the caller reads until a call fails */
+	if (s->note[0]) { /* what the caller reads until a call fails */
 		kvl__fail(&s->err, 0, "%s", s->note);
+		kvl__log(&note_limit, KVL_LOG_WARNING, "store", "%s: %s",
+		         shown, s->note);
+	}
 	*out = s;
 	return 0;
 

@@ -18,6 +18,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "core/log.h"
 #include "store/redis/node.h"
 #include "store/redis/spec.h"
 
@@ -114,11 +115,19 @@ void kvl__rnode_flush(kvl__rnode *nd)
 	}
 }
 
+/* Rate limits of a node's going down and coming back (every node). */
+static kvl__log_limit down_limit, up_limit;
+
 void kvl__rnode_mark_down(kvl__rnode *nd, const char *why)
 {
 	pthread_mutex_lock(&nd->mu);
-	if (nd->fails == 0)
+	if (nd->fails == 0) {
 		atomic_fetch_add(&nd->downs, 1);
+		kvl__log(&down_limit, KVL_LOG_WARNING, "redis",
+		         "%s is down (%s); calls that need it fail at once "
+		         "while it is probed in the background",
+		         nd->name, why);
+	}
 	unsigned f = nd->fails < 8 ? ++nd->fails : nd->fails;
 	uint64_t back = R_DOWN_MIN_NS << (f - 1);
 	if (back > R_DOWN_MAX_NS)
@@ -137,6 +146,9 @@ void kvl__rnode_mark_down(kvl__rnode *nd, const char *why)
 static void node_up(kvl__rnode *nd)
 {
 	pthread_mutex_lock(&nd->mu);
+	if (nd->fails)
+		kvl__log(&up_limit, KVL_LOG_INFO, "redis", "%s is back",
+		         nd->name);
 	nd->fails = 0;
 	atomic_store(&nd->down_until, 0);
 	pthread_mutex_unlock(&nd->mu);
