@@ -23,7 +23,8 @@ static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static atomic_int log_threshold = KVL_LOG_WARNING;
 static kvl_log_fn log_fn;   /* NULL: stderr (log_mu) */
 static void *log_user;      /* (log_mu) */
-static char log_bad_env[64]; /* a KVL_LOG_LEVEL that is no level */
+static char log_bad_env[64]; /* a KVL_LOG_LEVEL that is no level (once) */
+static atomic_int log_bad_pending; /* not reported yet */
 
 static const char *const level_names[] = {"error", "warning", "info",
                                           "debug"};
@@ -47,24 +48,19 @@ static void read_env(void)
 			return;
 		}
 	snprintf(log_bad_env, sizeof log_bad_env, "%s", v);
+	atomic_store(&log_bad_pending, 1);
 }
 
 /* Reports a bad KVL_LOG_LEVEL once, on the first message or setting. */
 static void init(void)
 {
 	pthread_once(&log_once, read_env);
-	if (log_bad_env[0]) {
-		char bad[sizeof log_bad_env];
-		pthread_mutex_lock(&log_mu);
-		snprintf(bad, sizeof bad, "%s", log_bad_env);
-		log_bad_env[0] = '\0';
-		pthread_mutex_unlock(&log_mu);
-		if (bad[0])
-			kvl__log(NULL, KVL_LOG_WARNING, "log",
-			         "KVL_LOG_LEVEL=%s is not a level (off, error, "
-			         "warning, info, debug); logging at warning",
-			         bad);
-	}
+	/* log_bad_env is written once, by read_env, before any reader. */
+	if (atomic_exchange(&log_bad_pending, 0))
+		kvl__log(NULL, KVL_LOG_WARNING, "log",
+		         "KVL_LOG_LEVEL=%s is not a level (off, error, warning, "
+		         "info, debug); logging at warning",
+		         log_bad_env);
 }
 
 KVL_API int kvl_log_set(kvl_log_fn fn, void *user, int level)
@@ -75,7 +71,7 @@ KVL_API int kvl_log_set(kvl_log_fn fn, void *user, int level)
 	pthread_mutex_lock(&log_mu);
 	log_fn = fn;
 	log_user = fn ? user : NULL;
-	log_bad_env[0] = '\0'; /* the caller chose */
+	atomic_store(&log_bad_pending, 0); /* the caller chose */
 	atomic_store(&log_threshold, level);
 	pthread_mutex_unlock(&log_mu);
 	return 0;
