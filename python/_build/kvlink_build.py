@@ -8,12 +8,14 @@ standard library: this backend writes the wheel (a zip with the package and
 its ``.dist-info``) and the sdist (a tar.gz) itself, and declares no build
 requirements.
 
-Bundling the C library: set ``KVLINK_BUNDLE_LIBRARY=/path/to/libkvlink.so``
-(or ``pip install --config-settings library=/path/…``) and the wheel carries
-it as ``kvlink/libkvlink.so``, where the package looks first after
-``$KVLINK_LIBRARY``; the wheel is then tagged for this platform. Without it
-the wheel is ``py3-none-any`` and the library is found at run time
-(``$KVLINK_LIBRARY``, ``ldconfig``, or a source checkout's build/).
+Bundling the C library: in a source checkout where ``make`` has built
+build/libkvlink.so, the wheel carries it as ``kvlink/libkvlink.so``, where
+the package looks first after ``$KVLINK_LIBRARY``, and is tagged for this
+platform. ``KVLINK_BUNDLE_LIBRARY=/path/to/libkvlink.so`` (or ``pip install
+--config-settings library=/path/…``; a relative path is taken from where
+pip was started) bundles another one, ``none`` none: the wheel is then
+``py3-none-any`` and the library is found at run time (``$KVLINK_LIBRARY``,
+``ldconfig``, or a source checkout's build/).
 
 The version is not written in pyproject.toml (it lists it as dynamic): it is
 kvlink's, read from the KVL_VERSION_* macros of ../include/kvlink.h when
@@ -135,16 +137,33 @@ def _dist_info(p):
     return f"{p['name'].replace('-', '_')}-{p['version']}.dist-info"
 
 
+# The library a source checkout's `make` builds (python/ is ROOT).
+CHECKOUT_LIBRARY = os.path.join(os.path.dirname(ROOT), "build",
+                                "libkvlink.so")
+
+
 def _bundled_library(config_settings):
-    lib = (config_settings or {}).get("library") or \
-        os.environ.get("KVLINK_BUNDLE_LIBRARY")
-    if not lib:
+    """The library the wheel carries, or None. Asked for (config setting
+    ``library``, else $KVLINK_BUNDLE_LIBRARY): that path, a relative one
+    taken from the directory pip was started in ($PWD), this one or the
+    checkout's top; "none" for no library. Not asked: the checkout's
+    build/libkvlink.so when `make` has built it."""
+    lib = (config_settings or {}).get("library")
+    if lib is None:
+        lib = os.environ.get("KVLINK_BUNDLE_LIBRARY")
+    if lib is None:
+        return os.path.realpath(CHECKOUT_LIBRARY) \
+            if os.path.isfile(CHECKOUT_LIBRARY) else None
+    if lib.lower() in ("", "none"):
         return None
-    lib = os.path.realpath(lib)
-    if not os.path.isfile(lib):
-        raise FileNotFoundError(f"kvlink_build: library to bundle not found: "
-                                f"{lib}")
-    return lib
+    bases = [os.environ.get("PWD"), os.getcwd(), os.path.dirname(ROOT)]
+    tried = [lib] if os.path.isabs(lib) else \
+        [os.path.join(b, lib) for b in bases if b]
+    for path in tried:
+        if os.path.isfile(path):
+            return os.path.realpath(path)
+    raise FileNotFoundError("kvlink_build: library to bundle not found: "
+                            + ", ".join(tried))
 
 
 def _platform_tag():

@@ -41,14 +41,20 @@ def expected_version():
     pytest.skip(f"neither {HEADER} nor {pkg_info}: no version to expect")
 
 
-def backend(root, hook, *args):
-    """Runs hook(*args) of the backend of project ``root``; its result, or
-    the failure's text."""
+def backend(root, hook, *args, bundle="none", pwd=None):
+    """Runs hook(*args) of the backend of project ``root`` with
+    $KVLINK_BUNDLE_LIBRARY set to ``bundle`` (None: unset) and $PWD to
+    ``pwd`` (None: root); its result, or the failure's text."""
     code = ("import json, sys; sys.path.insert(0, '_build'); "
             "import kvlink_build as b; "
             "print(json.dumps(getattr(b, sys.argv[1])(*sys.argv[2:])))")
+    env = dict(os.environ, PWD=str(pwd or root))
+    env.pop("KVLINK_BUNDLE_LIBRARY", None)
+    if bundle is not None:
+        env["KVLINK_BUNDLE_LIBRARY"] = bundle
     r = subprocess.run([sys.executable, "-c", code, hook] + list(args),
-                       cwd=root, capture_output=True, text=True, timeout=60)
+                       cwd=root, capture_output=True, text=True, timeout=60,
+                       env=env)
     if r.returncode:
         return None, r.stderr
     return json.loads(r.stdout), r.stderr
@@ -158,3 +164,112 @@ def test_version_by_hand_is_refused(tmp_path, edit, why):
                                    "Version: 0.2.0\n")
     name, err = backend(root, "build_wheel", str(tmp_path))
     assert name is None and why in err
+
+
+def checkout(tmp_path, with_library=True):
+    """A checkout's shape: top/include/kvlink.h, top/python/ and, as if
+    `make` had run, top/build/libkvlink.so (a stand-in file)."""
+    top = tmp_path / "top"
+    root = bare_project(tmp_path).rename(tmp_path / "python")
+    root = shutil.move(str(root), str(top / "python"))
+    (top / "include").mkdir()
+    if os.path.isfile(HEADER):
+        shutil.copy(HEADER, top / "include" / "kvlink.h")
+    else:
+        pytest.skip(f"no {HEADER}: not a source checkout")
+    if with_library:
+        (top / "build").mkdir()
+        (top / "build" / "libkvlink.so").write_bytes(b"built by make")
+    return top
+
+
+def wheel_library(path):
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+        return z.read("kvlink/libkvlink.so") \
+            if "kvlink/libkvlink.so" in names else None
+
+
+def test_made_library_is_bundled(tmp_path):
+    """After `make`, the wheel carries build/libkvlink.so unasked."""
+    top = checkout(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    name, err = backend(top / "python", "build_wheel", str(out), bundle=None)
+    assert name is not None, err
+    assert not name.endswith("-any.whl")
+    assert wheel_library(out / name) == b"built by make"
+    # "none" asks for no library.
+    name, err = backend(top / "python", "build_wheel", str(out))
+    assert name.endswith("py3-none-any.whl"), err
+    assert wheel_library(out / name) is None
+    # No make, nothing asked: no library either.
+    top2 = checkout(tmp_path / "b", with_library=False)
+    (tmp_path / "out2").mkdir()
+    name, err = backend(top2 / "python", "build_wheel",
+                        str(tmp_path / "out2"), bundle=None)
+    assert name.endswith("py3-none-any.whl"), err
+
+
+def test_relative_bundle_path(tmp_path):
+    """KVLINK_BUNDLE_LIBRARY=build/… works from the repository's top (pip
+    started there, the backend run in python/), and a missing one says
+    where it looked."""
+    top = checkout(tmp_path)
+    (top / "build" / "other.so").write_bytes(b"another")
+    out = tmp_path / "out"
+    out.mkdir()
+    name, err = backend(top / "python", "build_wheel", str(out),
+                        bundle="build/other.so", pwd=top)
+    assert name is not None, err
+    assert wheel_library(out / name) == b"another"
+    name, err = backend(top / "python", "build_wheel", str(out),
+                        bundle="build/nothing.so", pwd=top)
+    assert name is None
+    assert "library to bundle not found" in err
+    assert os.path.join(str(top), "build", "nothing.so") in err
+
+
+def test_installed_in_a_venv(tmp_path):
+    """pip install ./python into a fresh venv (offline: the backend needs
+    nothing), with this library bundled: the package imports from anywhere
+    without $KVLINK_LIBRARY and loads the copy it carries, and
+    python -m kvlink says so."""
+    from kvlink import _lib
+    if not os.path.isfile(HEADER):
+        pytest.skip(f"no {HEADER}: not a source checkout")
+    venv = tmp_path / "venv"
+    r = subprocess.run([sys.executable, "-m", "venv", str(venv)],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode:
+        pytest.skip(f"no venv here: {r.stderr.strip()[-200:]}")
+    py = str(venv / "bin" / "python")
+    env = dict(os.environ, KVLINK_BUNDLE_LIBRARY=os.path.realpath(_lib.path),
+               PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("KVLINK_LIBRARY", None)
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([py, "-m", "pip", "install", "-q", PYTHON],
+                       capture_output=True, text=True, timeout=300, env=env,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    env.pop("KVLINK_BUNDLE_LIBRARY")
+    r = subprocess.run([py, "-c", "import kvlink; print(kvlink.library_path);"
+                        "print(kvlink.version())"],
+                       capture_output=True, text=True, timeout=60, env=env,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    where, version = r.stdout.split()
+    assert where.startswith(str(venv)) and where.endswith("libkvlink.so")
+    assert version == expected_version()
+    r = subprocess.run([py, "-m", "kvlink", "info"], capture_output=True,
+                       text=True, timeout=60, env=env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert f"kvlink {version}" in r.stdout and where in r.stdout
+    r = subprocess.run([py, "-m", "kvlink", "stat", "--store",
+                        "mem:?capacity=1MiB", "--format", "json"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and \
+        json.loads(r.stdout)["capacity"] == 1 << 20, r.stderr
+    r = subprocess.run([py, "-m", "kvlink", "stat", "--store", "nosuch:"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 1 and "nosuch" in r.stderr
