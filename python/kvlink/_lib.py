@@ -32,7 +32,7 @@ import ctypes.util
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_int,
                     c_size_t, c_uint8, c_uint32, c_uint64, c_void_p)
-from typing import NamedTuple, Tuple
+from typing import List, NamedTuple, Tuple
 
 # ------------------------------------------------------------------ constants
 
@@ -416,7 +416,7 @@ _NAMED_CODES = ("KVL_EINVAL", "KVL_ENOMEM", "KVL_ENOTFOUND", "KVL_ERANGE",
 def _error_table(handle, path) -> Tuple[ErrorCode, ...]:
     """The library's error codes: -1, -2, … until kvl_err_name says
     "KVL_EUNKNOWN" (kvlink.h: the codes have no gaps)."""
-    table = []
+    table: List[ErrorCode] = []
     code = -1
     while True:
         name = handle.kvl_err_name(code).decode()
@@ -443,6 +443,21 @@ ERROR_TABLE = _error_table(lib, path)
 #: Error codes by name, e.g. ``ERRNO["KVL_EINVAL"] == -1``.
 ERRNO = {e.name: e.code for e in ERROR_TABLE}
 globals().update(ERRNO)  # KVL_EINVAL, … as module constants
+# The same, declared for type checkers (the values are the library's).
+KVL_EINVAL: int
+KVL_ENOMEM: int
+KVL_ENOTFOUND: int
+KVL_ERANGE: int
+KVL_EEXIST: int
+KVL_EIO: int
+KVL_ECORRUPT: int
+KVL_ETIMEDOUT: int
+KVL_ECANCELED: int
+KVL_EFULL: int
+KVL_ECLOSED: int
+KVL_ENOTSUP: int
+KVL_EPARSE: int
+KVL_ESTATE: int
 
 
 def strerror(code: int) -> str:

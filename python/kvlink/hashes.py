@@ -25,7 +25,7 @@ from .errors import InvalidArgument, check
 try:  # numpy is optional for the binding itself
     import numpy as _np
 except ImportError:  # pragma: no cover - exercised only without numpy
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 HashLike = Union[bytes, bytearray, memoryview, str]
 """One page hash: 32 bytes, or its 64 hex characters."""
@@ -112,14 +112,14 @@ def _tokens_u64(tokens: Any):
     if hasattr(tokens, "tolist") and not isinstance(tokens, list):
         tokens = tokens.tolist()
     try:
-        a = array.array("Q", tokens)
+        q = array.array("Q", tokens)
     except OverflowError:
         raise InvalidArgument(_lib.KVL_EINVAL,
                               "tokens: token ids must be in 0..2^64-1")
     except TypeError as e:
         raise TypeError(f"tokens: expected integers ({e})") from None
-    n = len(a)
-    return (ctypes.c_uint64 * n).from_buffer(a) if n else None, n, a
+    n = len(q)
+    return (ctypes.c_uint64 * n).from_buffer(q) if n else None, n, q
 
 
 def hash_pages(tokens: Union[Sequence[int], Any], page_size: int,

@@ -420,7 +420,8 @@ class Layout(SharedHandle):
             self._handle, pid, ctypes.byref(name), ctypes.byref(policy),
             ctypes.byref(window), ctypes.byref(flags)))
         size, header = self.object_size(pid)
-        return PoolInfo(pid, name.value.decode(), HitPolicy(policy.value),
+        return PoolInfo(pid, (name.value or b"").decode(),
+                        HitPolicy(policy.value),
                         window.value,
                         bool(flags.value & _lib.KVL_POOL_REPLICATED_TP),
                         self.pool_layers(pid), self.pool_pages(pid), size,

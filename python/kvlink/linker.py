@@ -53,7 +53,7 @@ from .store import Store, redact_uri, render
 try:
     import numpy as _np
 except ImportError:  # pragma: no cover
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 NO_SLOT = -1
 """A slot value: this page has no slot in that pool."""

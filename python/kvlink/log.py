@@ -71,7 +71,8 @@ def set_level(value: Union[str, int]) -> None:
 def _install() -> None:
     _lib.lib.kvl_log_set(_sink, None, _lib.lib.kvl_log_get_level())
     atexit.register(lambda: _lib.lib.kvl_log_set(
-        _lib.kvl_log_fn(), None, _lib.lib.kvl_log_get_level()))
+        _lib.kvl_log_fn(0), None,  # NULL: standard error
+        _lib.lib.kvl_log_get_level()))
 
 
 _install()

@@ -59,7 +59,7 @@ class Prober(Closable):
         self._h = _lib.ProberP()
         self._guard = CallGuard("prober")
         self._store, self._stages = store, stages
-        with opening_over(self, [store] + stages):
+        with opening_over(self, [store, *stages]):
             arr = (_lib.LayoutP * max(len(stages), 1))(
                 *[lay._handle for lay in stages])
             err = ctypes.create_string_buffer(512)

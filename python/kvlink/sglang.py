@@ -44,7 +44,7 @@ from .linker import NO_SLOT, GpuCopy, Linker
 try:
     import numpy as _np
 except ImportError:  # pragma: no cover - the adapter needs numpy
-    _np = None
+    _np = None  # type: ignore[assignment]
 
 log = logging.getLogger("kvlink.sglang")
 
@@ -348,6 +348,7 @@ class _KvlinkLinker:
             if not self._queued:
                 return -1
             lk = self._lk
+            assert lk is not None  # loads are queued through a linker only
             event = self._record_event()
             try:
                 batch = lk.start(event=event)

@@ -131,7 +131,7 @@ def redact_uri(uri: str) -> str:
 def mem_policy_names() -> Tuple[str, ...]:
     """The eviction policies of the embedded store, default first
     (``("slru", "lru")``): what ``mem:``'s ``policy=`` option takes."""
-    names = []
+    names: List[str] = []
     while True:
         name = lib.kvl_mem_policy_name(len(names))
         if name is None:
@@ -256,8 +256,9 @@ class Store(SharedHandle):
         errors raise."""
         one = not isinstance(size, (list, tuple)) and \
             not hasattr(size, "__len__")
-        sizes = [c_int(z, "size_t", "get_many: size")
-                 for z in ([size] * len(keys) if one else list(size))]
+        each: Sequence[Any] = [size] * len(keys) if one else \
+            list(size)  # type: ignore[arg-type]
+        sizes = [c_int(z, "size_t", "get_many: size") for z in each]
         if len(sizes) != len(keys):
             raise InvalidArgument(_lib.KVL_EINVAL,
                                   f"get_many: {len(keys)} keys, "

@@ -43,7 +43,7 @@ import collections
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from . import _vllm_layout as vl
 from ._engine import EngineClass, StoreLink, Warnings, check_numbers, \
@@ -127,10 +127,14 @@ class _KvlinkConnector:
     """The implementation; :data:`KvlinkConnector` adds vLLM's base class
     (which keeps the bound metadata)."""
 
+    if TYPE_CHECKING:  # from vLLM's KVConnectorBase_V1, mixed in later
+        def _get_connector_metadata(self) -> Any: ...
+
     def __init__(self, vllm_config: Any, role: Any,
                  kv_cache_config: Any = None):
         # vLLM's base keeps the configs and the bound metadata.
-        super().__init__(vllm_config, role, kv_cache_config)
+        super().__init__(vllm_config, role,  # type: ignore[call-arg]
+                         kv_cache_config)
         tc = vllm_config.kv_transfer_config
         self._cfg = config(getattr(tc, "kv_connector_extra_config", None),
                            DEFAULTS, "kvlink.vllm: kv_connector_extra_config")
@@ -357,7 +361,7 @@ class _KvlinkConnector:
                 self._fail_blocks(t)
                 continue
             self._loading[rid] = t
-        if self._loading:
+        if self._loading and lk is not None:
             self._batch = lk.start(event=self._event())
             self.stats["loads"] += len(self._loading)
 
@@ -371,7 +375,9 @@ class _KvlinkConnector:
         if layer is None or layer in self._waited:
             return
         self._waited.add(layer)
-        lk = self._linker.obj
+        lk = self._linker.obj if self._linker is not None else None
+        if lk is None:
+            return
         timeout = float(self._cfg["load_timeout_s"])
         try:
             if self._cuda:
