@@ -4,9 +4,12 @@
 #   bash tests/cli_bench.sh /path/to/kvlink
 #
 # Checks that --gpu-copy takes auto, kernel or dma and refuses anything
-# else (exit 2, naming the choices), and that a small run with each mode
-# verifies its pages and reports the linker's loaded_dma_bytes (0 for a
-# pool in host memory, whatever the mode). Exits 0 on success, 1 on
+# else (exit 2, naming the choices); that a small run with each mode
+# verifies its pages and, with --json --stats json, prints one JSON
+# document whose "stats" hold the linker's loaded_dma_bytes (0 for a pool
+# in host memory, whatever the mode); that options take --opt=value; that
+# --json with Prometheus stats, an option without its value and an unknown
+# option are usage errors. Exits 0 on success, 1 on
 # failure.
 set -u
 
@@ -40,13 +43,28 @@ for mode in auto kernel dma; do
 	fi
 	printf '%s\n' "$out" | python3 -c '
 import json, sys
-objs = [json.loads(l) for l in sys.stdin if l.startswith("{")]
-bench, stats = objs[0], objs[1]
+bench = json.loads(sys.stdin.read())  # one document
 assert bench["verified"] is True, bench
-lk = stats["linker"]
+lk = bench["stats"]["linker"]
 assert lk["loaded_bytes"] > 0 and lk["loaded_dma_bytes"] == 0, lk
-' || fail "--gpu-copy $mode: not verified, or DMA bytes on a host pool: $out"
+' || fail "--gpu-copy $mode: not one JSON document, not verified, or DMA bytes on a host pool: $out"
 done
+
+# --opt=value as well as --opt value.
+out=$("$KVL" bench --gpu-copy=kernel --layers=2 --conversations=1 \
+	--turns=1 --system-tokens=32 --turn-tokens=32 --slots=8 --json 2>&1) ||
+	fail "--opt=value refused: $out"
+printf '%s' "$out" | python3 -c 'import json,sys; json.loads(sys.stdin.read())' ||
+	fail "--opt=value: not JSON: $out"
+# JSON and Prometheus text together would not be one document.
+"$KVL" bench --json --stats prometheus "${small[@]}" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "--json --stats prometheus is not a usage error"
+out=$("$KVL" bench --layers 2>&1)
+[ $? -eq 2 ] && case $out in *"--layers needs a value"*) true ;; *) false ;; esac ||
+	fail "--layers without a value: $out"
+out=$("$KVL" bench --frobnicate 2>&1)
+[ $? -eq 2 ] && case $out in *"unknown option '--frobnicate'"*) true ;; *) false ;; esac ||
+	fail "--frobnicate: $out"
 
 [ $FAILS -eq 0 ] && echo "PASS cli_bench" || echo "FAIL cli_bench: $FAILS"
 [ $FAILS -eq 0 ]

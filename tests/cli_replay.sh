@@ -293,5 +293,26 @@ CHECKS=$((CHECKS + 1))
 [ "$RC" -eq 1 ] || fail "plot_dir: exit status $RC"
 contains plot_dir "$TMP/plot_dir.err" "kvlink replay: cannot write $TMP/no/such/dir.svg"
 
+# --opt=value is --opt value, the trace may come first, "--" ends options.
+# same_result A B: the two runs' JSON agree but for the timings.
+same_result() {
+	CHECKS=$((CHECKS + 1))
+	python3 -c '
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for d in (a, b):
+    d.pop("wall_s"); d.pop("requests_per_s")
+sys.exit(a != b)' "$TMP/$1.out" "$TMP/$2.out" || fail "$2 differs from $1"
+}
+run eq_a --json --capacity-blocks 1 --no-progress "$TMP/one.jsonl"
+run eq_b "$TMP/one.jsonl" --json --capacity-blocks=1 --no-progress
+same_result eq_a eq_b
+run eq_c --json --capacity-blocks=1 --no-progress -- "$TMP/one.jsonl"
+same_result eq_a eq_c
+run noval --policy
+expect_usage noval '--policy needs a value'
+run unknown --frobnicate "$TMP/one.jsonl"
+expect_usage unknown "unknown option '--frobnicate'"
+
 echo "$CHECKS checks, $FAILS failed"
 [ "$FAILS" -eq 0 ]

@@ -56,6 +56,15 @@ if "$KVL" stat --store mem: --format text | grep -q note; then
 	fail "a store opened with its defaults shows a note"
 fi
 
+# --opt=value as well as --opt value; bad options are usage errors.
+out=$("$KVL" stat --store=mem:?capacity=1MiB --format=json 2>&1)
+printf '%s' "$out" | python3 -c 'import json,sys; assert json.loads(sys.stdin.read())["capacity"] == 1 << 20' ||
+	fail "stat --store=… --format=json: $out"
+for args in "--format" "--frobnicate" "extra"; do
+	"$KVL" stat $args >/dev/null 2>&1
+	[ $? -eq 2 ] || fail "stat $args is not a usage error"
+done
+
 if [ "$FAILS" -ne 0 ]; then
 	echo "$FAILS check(s) failed"
 	exit 1

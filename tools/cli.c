@@ -3,6 +3,7 @@
  * cli.c — helpers every subcommand of the kvlink tool shares (cli.h).
  */
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,4 +46,18 @@ uint64_t kvl_cli_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int kvl_cli_next_opt(const char *cmd, int argc, char **argv,
+                     const struct option *opts, const char **arg)
+{
+	opterr = 0; /* the messages below name the command */
+	int c = getopt_long(argc, argv, ":h", opts, NULL);
+	*arg = optarg;
+	if (c == ':')
+		kvl_cli_usage_error(cmd, "%s needs a value", argv[optind - 1]);
+	else if (c == '?')
+		kvl_cli_usage_error(cmd, "unknown option '%s' (kvlink %s --help)",
+		                    argv[optind - 1], cmd);
+	return c == ':' || c == '?' ? KVL_CLI_BAD : c;
 }

@@ -19,12 +19,26 @@ int kvl_cmd_replay(int argc, char **argv);
 
 /* Prints the stats of a linker (or, when lk is NULL, of a store) in `fmt`. */
 int kvl_cli_print_stats(kvl_linker *lk, kvl_store *st, kvl_stats_format fmt);
+/* The same text, malloc'ed (the caller frees it), or NULL with *rc. */
+char *kvl_cli_render_stats(kvl_linker *lk, kvl_store *st,
+                           kvl_stats_format fmt, int *rc);
 /* "json" or "prometheus"/"prom" → *out; -1 for anything else. */
 int kvl_cli_stats_format(const char *s, kvl_stats_format *out);
 
 /* Prints "kvlink <cmd>: message" to stderr and returns 2 (usage) . */
 int kvl_cli_usage_error(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* Command-line options, the same way in every command (getopt_long: long
+ * options, "--opt value" or "--opt=value", operands anywhere, "--" ends the
+ * options): the next option's val ('h' for -h; *arg its value, or NULL),
+ * -1 when none is left (operands from optind on), or KVL_CLI_BAD after
+ * saying on stderr that an option is unknown or lacks its value (the
+ * command then exits 2). Set optind = 1 before the first call. */
+struct option;
+#define KVL_CLI_BAD (-2)
+int kvl_cli_next_opt(const char *cmd, int argc, char **argv,
+                     const struct option *opts, const char **arg);
 
 /* `uri` as the tool prints it: credentials redacted (kvl_uri_redact),
  * into buf (cap bytes); returns buf. */

@@ -13,6 +13,7 @@
  * the fault-injection store, where failures are counted and wrong bytes
  * reported as valid make the run fail.
  */
+#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,7 +397,7 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 		       "\"sum_compute_ms\":%.3f,\"first_layer_ms\":%.3f,"
 		       "\"forward_ms\":%.3f,\"forward_vs_ideal\":%.4f,"
 		       "\"lookup_us\":%.2f,\"evictions\":%llu,"
-		       "\"wall_s\":%.3f,\"verified\":%s}\n",
+		       "\"wall_s\":%.3f,\"verified\":%s",
 		       js, o->cuda ? "cuda" : "host", slot_bytes,
 		       (unsigned long long)t->pages,
 		       (unsigned long long)t->hit_pages, hit_ratio,
@@ -415,6 +416,19 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 		                  : 0,
 		       (unsigned long long)ss->evictions, wall_s,
 		       t->bad_pages ? "false" : "true");
+		/* --stats json: the linker's stats as a member, so that the
+		 * output is one JSON document. */
+		int rc = 0;
+		char *stats = o->stats ? kvl_cli_render_stats(c->lk, NULL,
+		                                              KVL_STATS_JSON,
+		                                              &rc)
+		                       : NULL;
+		if (stats) {
+			stats[strcspn(stats, "\n")] = '\0';
+			printf(",\"stats\":%s", stats);
+		}
+		free(stats);
+		printf("}\n");
 		return;
 	}
 	printf("kvlink bench: %llu conversations x %llu turns on %s, pool in "
@@ -534,7 +548,7 @@ static int run_bench(const bench_opts *o)
 	kvl_store_stats ss;
 	kvl_store_stats_get(st, &ss);
 	report(o, &c, base, &ss, wall_s, pool.slot_bytes);
-	if (o->stats)
+	if (o->stats && !o->json)
 		kvl_cli_print_stats(c.lk, NULL, o->stats_fmt);
 	rc = c.t.bad_pages ? 1 : 0;
 out:
@@ -574,7 +588,9 @@ static void bench_usage(FILE *f)
 	        "  --seed N             token seed (1)\n"
 	        "  --compute-us N       simulated compute per layer, us (2000)\n"
 	        "  --json               one JSON object instead of text\n"
-	        "  --stats FORMAT       then the linker's stats: json or prometheus\n");
+	        "  --stats FORMAT       then the linker's stats: json or prometheus\n"
+	        "                       (with --json: json, as its member \"stats\")\n"
+	        "Options take their value as --opt VALUE or --opt=VALUE.\n");
 }
 
 int kvl_cmd_bench(int argc, char **argv)
@@ -601,30 +617,37 @@ int kvl_cmd_bench(int argc, char **argv)
 		{"--seed", offsetof(bench_opts, seed)},
 		{"--compute-us", offsetof(bench_opts, compute_us)},
 	};
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+	enum { O_JSON = 256, O_STATS, O_DEVICE, O_GPU_COPY, O_STORE,
+	       O_NUM = 512 };
+	size_t n_num = sizeof num / sizeof num[0];
+	struct option opts[sizeof num / sizeof num[0] + 7] = {
+		{"help", no_argument, NULL, 'h'},
+		{"json", no_argument, NULL, O_JSON},
+		{"stats", required_argument, NULL, O_STATS},
+		{"device", required_argument, NULL, O_DEVICE},
+		{"gpu-copy", required_argument, NULL, O_GPU_COPY},
+		{"store", required_argument, NULL, O_STORE}};
+	for (size_t k = 0; k < n_num; k++)
+		opts[6 + k] = (struct option){num[k].name + 2, required_argument,
+		                              NULL, O_NUM + (int)k};
+	const char *v;
+	optind = 1;
+	for (int c; (c = kvl_cli_next_opt("bench", argc, argv, opts, &v)) != -1;) {
+		if (c == 'h') {
 			bench_usage(stdout);
 			return 0;
-		}
-		if (!strcmp(a, "--json")) {
+		} else if (c == O_JSON) {
 			o.json = 1;
-			continue;
-		}
-		if (!strcmp(a, "--stats")) {
-			if (++i >= argc ||
-			    kvl_cli_stats_format(argv[i], &o.stats_fmt))
+		} else if (c == O_STATS) {
+			if (kvl_cli_stats_format(v, &o.stats_fmt))
 				return kvl_cli_usage_error(
 					"bench", "--stats takes json or prometheus");
 			o.stats = 1;
-			continue;
-		}
-		if (!strcmp(a, "--device")) {
-			if (++i >= argc || (strcmp(argv[i], "cuda") &&
-			                    strcmp(argv[i], "host")))
+		} else if (c == O_DEVICE) {
+			if (strcmp(v, "cuda") && strcmp(v, "host"))
 				return kvl_cli_usage_error(
 					"bench", "--device takes host or cuda");
-			o.cuda = !strcmp(argv[i], "cuda");
+			o.cuda = !strcmp(v, "cuda");
 			if (o.cuda && !kvl_cli_gpu_usable()) {
 				fprintf(stderr, "kvlink bench: --device cuda: %s\n",
 				        kvl_has_feature("cuda")
@@ -632,42 +655,41 @@ int kvl_cmd_bench(int argc, char **argv)
 				                : "this kvlink has no CUDA");
 				return 1;
 			}
-			continue;
-		}
-		if (!strcmp(a, "--gpu-copy")) {
+		} else if (c == O_GPU_COPY) {
 			static const char *modes[] = {"auto", "kernel", "dma"};
 			uint32_t m = 0;
-			if (++i < argc)
-				while (m < 3 && strcmp(argv[i], modes[m]))
-					m++;
-			if (i >= argc || m == 3)
+			while (m < 3 && strcmp(v, modes[m]))
+				m++;
+			if (m == 3)
 				return kvl_cli_usage_error(
 					"bench",
 					"--gpu-copy takes auto, kernel or dma");
 			o.gpu_copy = m;
-			continue;
+		} else if (c == O_STORE) {
+			o.store_uri = v;
+		} else if (c >= O_NUM && c < O_NUM + (int)n_num) {
+			const char *a = num[c - O_NUM].name;
+			uint64_t *field =
+				(uint64_t *)((char *)&o + num[c - O_NUM].off);
+			if (kvl_cli_parse_u64(v, field))
+				return kvl_cli_usage_error(
+					"bench", "%s needs a non-negative integer",
+					a);
+			if (*field == 0 && strcmp(a, "--seed") &&
+			    strcmp(a, "--compute-us"))
+				return kvl_cli_usage_error("bench", "%s must be > 0",
+				                           a);
+		} else {
+			return 2;
 		}
-		if (!strcmp(a, "--store")) {
-			if (++i >= argc)
-				return kvl_cli_usage_error("bench",
-				                           "--store needs a URI");
-			o.store_uri = argv[i];
-			continue;
-		}
-		size_t k = 0;
-		while (k < sizeof num / sizeof num[0] && strcmp(a, num[k].name))
-			k++;
-		if (k == sizeof num / sizeof num[0])
-			return kvl_cli_usage_error("bench", "unknown option '%s'",
-			                           a);
-		uint64_t *field = (uint64_t *)((char *)&o + num[k].off);
-		if (++i >= argc || kvl_cli_parse_u64(argv[i], field))
-			return kvl_cli_usage_error(
-				"bench", "%s needs a non-negative integer", a);
-		if (*field == 0 && strcmp(a, "--seed") &&
-		    strcmp(a, "--compute-us"))
-			return kvl_cli_usage_error("bench", "%s must be > 0", a);
 	}
+	if (optind < argc)
+		return kvl_cli_usage_error("bench", "unexpected argument '%s'",
+		                           argv[optind]);
+	if (o.json && o.stats && o.stats_fmt != KVL_STATS_JSON)
+		return kvl_cli_usage_error(
+			"bench", "--json prints one JSON document: --stats "
+			         "prometheus goes without --json");
 	if (o.slots < (o.system_tokens + o.turns * o.turn_tokens) / o.page_size)
 		return kvl_cli_usage_error(
 			"bench",

@@ -4,6 +4,7 @@
  * policy and capacity (replay.h says what a replay does).
  */
 #include <errno.h>
+#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,20 +79,40 @@ int kvl_cmd_replay(int argc, char **argv)
 	int have_cap_blocks = 0;
 	char *policy_arg = NULL, *sweep_arg = NULL;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+	enum { O_JSON = 256, O_SKIP_BAD, O_NO_PROGRESS, O_CAP_BLOCKS,
+	       O_CAPACITY, O_BLOCK_BYTES, O_BLOCK_TOKENS, O_POLICY, O_SWEEP,
+	       O_PLOT };
+	static const struct option opts[] = {
+		{"help", no_argument, NULL, 'h'},
+		{"json", no_argument, NULL, O_JSON},
+		{"skip-bad", no_argument, NULL, O_SKIP_BAD},
+		{"no-progress", no_argument, NULL, O_NO_PROGRESS},
+		{"capacity-blocks", required_argument, NULL, O_CAP_BLOCKS},
+		{"capacity", required_argument, NULL, O_CAPACITY},
+		{"block-bytes", required_argument, NULL, O_BLOCK_BYTES},
+		{"block-tokens", required_argument, NULL, O_BLOCK_TOKENS},
+		{"policy", required_argument, NULL, O_POLICY},
+		{"sweep", required_argument, NULL, O_SWEEP},
+		{"plot", required_argument, NULL, O_PLOT},
+		{NULL, 0, NULL, 0}};
+	const char *v;
+	optind = 1;
+	for (int c; (c = kvl_cli_next_opt("replay", argc, argv, opts, &v)) != -1;)
+		switch (c) {
+		case 'h':
 			replay_usage(stdout);
 			return 0;
-		} else if (!strcmp(a, "--json")) {
+		case O_JSON:
 			o.json = 1;
-		} else if (!strcmp(a, "--skip-bad")) {
+			break;
+		case O_SKIP_BAD:
 			o.skip_bad = 1;
-		} else if (!strcmp(a, "--no-progress")) {
+			break;
+		case O_NO_PROGRESS:
 			o.progress = 0;
-		} else if (!strcmp(a, "--capacity-blocks")) {
-			if (!v || kvl_cli_parse_u64(v, &o.capacity_blocks) ||
+			break;
+		case O_CAP_BLOCKS:
+			if (kvl_cli_parse_u64(v, &o.capacity_blocks) ||
 			    o.capacity_blocks == 0 ||
 			    o.capacity_blocks == RP_UNLIMITED)
 				return kvl_cli_usage_error(
@@ -99,55 +120,48 @@ int kvl_cmd_replay(int argc, char **argv)
 					          "integer >= 1 (leave it out for "
 					          "unlimited)");
 			have_cap_blocks = 1;
-			i++;
-		} else if (!strcmp(a, "--capacity")) {
-			if (!v || kvl_parse_size(v, &o.capacity_bytes) ||
+			break;
+		case O_CAPACITY:
+			if (kvl_parse_size(v, &o.capacity_bytes) ||
 			    o.capacity_bytes == 0)
 				return kvl_cli_usage_error(
 					"replay", "--capacity needs a byte size "
 					          "> 0, e.g. 64MiB (got '%s')",
-					v ? v : "");
-			i++;
-		} else if (!strcmp(a, "--block-bytes")) {
-			if (!v || kvl_cli_parse_u64(v, &o.block_bytes) ||
+					v);
+			break;
+		case O_BLOCK_BYTES:
+			if (kvl_cli_parse_u64(v, &o.block_bytes) ||
 			    o.block_bytes < 8 || o.block_bytes % 8 ||
 			    o.block_bytes > (1u << 30))
 				return kvl_cli_usage_error(
 					"replay", "--block-bytes needs a multiple "
 					          "of 8 from 8 to 1 GiB");
-			i++;
-		} else if (!strcmp(a, "--block-tokens")) {
-			if (!v || kvl_cli_parse_u64(v, &o.block_tokens) ||
+			break;
+		case O_BLOCK_TOKENS:
+			if (kvl_cli_parse_u64(v, &o.block_tokens) ||
 			    o.block_tokens == 0 || o.block_tokens > UINT32_MAX)
 				return kvl_cli_usage_error(
 					"replay", "--block-tokens needs an "
 					          "integer from 1 to 2^32-1");
-			i++;
-		} else if (!strcmp(a, "--policy")) {
-			if (!v)
-				return kvl_cli_usage_error(
-					"replay", "--policy needs a name");
-			policy_arg = argv[++i];
-		} else if (!strcmp(a, "--sweep")) {
-			if (!v)
-				return kvl_cli_usage_error(
-					"replay", "--sweep needs capacities");
-			sweep_arg = argv[++i];
-		} else if (!strcmp(a, "--plot")) {
-			if (!v)
-				return kvl_cli_usage_error(
-					"replay", "--plot needs a file name");
-			o.plot = argv[++i];
-		} else if (a[0] == '-' && a[1]) {
-			return kvl_cli_usage_error("replay",
-			                           "unknown option '%s'", a);
-		} else if (o.trace) {
+			break;
+		case O_POLICY:
+			policy_arg = optarg; /* split in place */
+			break;
+		case O_SWEEP:
+			sweep_arg = optarg;
+			break;
+		case O_PLOT:
+			o.plot = v;
+			break;
+		default:
+			return 2;
+		}
+	for (int i = optind; i < argc; i++) {
+		if (o.trace)
 			return kvl_cli_usage_error(
 				"replay", "one trace at a time ('%s' and '%s')",
-				o.trace, a);
-		} else {
-			o.trace = a;
-		}
+				o.trace, argv[i]);
+		o.trace = argv[i];
 	}
 	if (!o.trace)
 		return kvl_cli_usage_error("replay", "which trace? (kvlink "

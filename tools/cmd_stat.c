@@ -4,6 +4,7 @@
  * Prometheus exposition. (A running engine's linker counters come from
  * kvl_linker_stats; `kvlink bench --stats FORMAT` shows them for a bench.)
  */
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,24 +13,36 @@
 #include "cli.h"
 #include "kvlink.h"
 
-/* Renders with kvl_*_stats into a buffer that grows to what is needed. */
-int kvl_cli_print_stats(kvl_linker *lk, kvl_store *st, kvl_stats_format fmt)
+char *kvl_cli_render_stats(kvl_linker *lk, kvl_store *st,
+                           kvl_stats_format fmt, int *rc)
 {
 	size_t len = 4096, needed = 0;
 	for (int tries = 0; tries < 4; tries++) {
 		char *buf = malloc(len);
-		if (!buf)
-			return KVL_ENOMEM;
-		int rc = lk ? kvl_linker_stats_render(lk, fmt, buf, len, &needed)
-		            : kvl_store_stats_render(st, fmt, buf, len, &needed);
-		if (rc == 0)
-			fputs(buf, stdout);
+		if (!buf) {
+			*rc = KVL_ENOMEM;
+			return NULL;
+		}
+		*rc = lk ? kvl_linker_stats_render(lk, fmt, buf, len, &needed)
+		         : kvl_store_stats_render(st, fmt, buf, len, &needed);
+		if (*rc == 0)
+			return buf;
 		free(buf);
-		if (rc != KVL_ERANGE)
-			return rc;
+		if (*rc != KVL_ERANGE)
+			return NULL;
 		len = needed + 1;
 	}
-	return KVL_ERANGE;
+	return NULL;
+}
+
+int kvl_cli_print_stats(kvl_linker *lk, kvl_store *st, kvl_stats_format fmt)
+{
+	int rc;
+	char *text = kvl_cli_render_stats(lk, st, fmt, &rc);
+	if (text)
+		fputs(text, stdout);
+	free(text);
+	return rc;
 }
 
 int kvl_cli_stats_format(const char *s, kvl_stats_format *out)
@@ -48,28 +61,40 @@ int kvl_cmd_stat(int argc, char **argv)
 	const char *uri = "mem:";
 	kvl_stats_format fmt = KVL_STATS_PROMETHEUS;
 	int text = 1;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+	enum { O_STORE = 256, O_FORMAT };
+	static const struct option opts[] = {
+		{"help", no_argument, NULL, 'h'},
+		{"store", required_argument, NULL, O_STORE},
+		{"format", required_argument, NULL, O_FORMAT},
+		{NULL, 0, NULL, 0}};
+	const char *v;
+	optind = 1;
+	for (int c; (c = kvl_cli_next_opt("stat", argc, argv, opts, &v)) != -1;)
+		switch (c) {
+		case 'h':
 			printf("usage: kvlink stat [--store URI] "
 			       "[--format text|json|prometheus]\n"
 			       "Prints the counters of the store at URI "
-			       "(default mem:).\n");
+			       "(default mem:).\n"
+			       "  --store URI      the store (default mem:)\n"
+			       "  --format FORMAT  text (default), json or "
+			       "prometheus\n");
 			return 0;
-		} else if (!strcmp(argv[i], "--store") && i + 1 < argc) {
-			uri = argv[++i];
-		} else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
-			const char *f = argv[++i];
-			text = !strcmp(f, "text");
-			if (!text && kvl_cli_stats_format(f, &fmt))
+		case O_STORE:
+			uri = v;
+			break;
+		case O_FORMAT:
+			text = !strcmp(v, "text");
+			if (!text && kvl_cli_stats_format(v, &fmt))
 				return kvl_cli_usage_error(
-					"stat", "unknown format '%s'", f);
-		} else {
-			return kvl_cli_usage_error("stat",
-			                           "unknown or incomplete "
-			                           "option '%s'",
-			                           argv[i]);
+					"stat", "unknown format '%s'", v);
+			break;
+		default:
+			return 2;
 		}
-	}
+	if (optind < argc)
+		return kvl_cli_usage_error("stat", "unexpected argument '%s'",
+		                           argv[optind]);
 	kvl_store *st;
 	char err[512], shown[512];
 	kvl_cli_uri(uri, shown, sizeof shown);
