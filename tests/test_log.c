@@ -8,6 +8,7 @@
  * many were dropped; an option a store cannot honour is logged at open;
  * fn NULL goes back to standard error (a child's stderr is read).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +29,9 @@
 
 #define MAX_MSGS 64
 
+/* Messages caught, written by whichever thread logs (a breaker's prober
+ * among them): under mu. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	int n;
 	kvl_log_level level[MAX_MSGS];
@@ -39,13 +43,15 @@ static void capture(void *user, kvl_log_level level, const char *component,
                     const char *message)
 {
 	(void)user;
-	if (got.n == MAX_MSGS)
-		return;
-	got.level[got.n] = level;
-	snprintf(got.component[got.n], sizeof got.component[0], "%s",
-	         component);
-	snprintf(got.text[got.n], sizeof got.text[0], "%s", message);
-	got.n++;
+	pthread_mutex_lock(&mu);
+	if (got.n < MAX_MSGS) {
+		got.level[got.n] = level;
+		snprintf(got.component[got.n], sizeof got.component[0], "%s",
+		         component);
+		snprintf(got.text[got.n], sizeof got.text[0], "%s", message);
+		got.n++;
+	}
+	pthread_mutex_unlock(&mu);
 }
 
 static int setup(void **state)
@@ -55,13 +61,25 @@ static int setup(void **state)
 	return kvl_log_set(capture, NULL, KVL_LOG_DEBUG);
 }
 
-/* The index of the first message containing `needle`, or -1. */
+static int count(void)
+{
+	pthread_mutex_lock(&mu);
+	int n = got.n;
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+/* The index of the first message containing `needle`, or -1. Messages
+ * before it stay as they are (only new ones are added). */
 static int find(const char *needle)
 {
-	for (int i = 0; i < got.n; i++)
+	pthread_mutex_lock(&mu);
+	int at = -1;
+	for (int i = 0; at < 0 && i < got.n; i++)
 		if (strstr(got.text[i], needle))
-			return i;
-	return -1;
+			at = i;
+	pthread_mutex_unlock(&mu);
+	return at;
 }
 
 static void call_exists(kvl_store *s)
@@ -113,11 +131,11 @@ static void test_threshold_filters(void **state)
 	                           NULL, 0),
 	            KVL_OK);
 	call_exists(s);
-	ASSERT_EQ(got.n, 0);
+	ASSERT_EQ(count(), 0);
 	kvl_store_close(s);
 	ASSERT_CODE(kvl_log_set(capture, NULL, KVL_LOG_OFF), KVL_OK);
 	kvl__log(NULL, KVL_LOG_ERROR, "test", "never");
-	ASSERT_EQ(got.n, 0);
+	ASSERT_EQ(count(), 0);
 }
 
 static void test_bad_level(void **state)
@@ -135,10 +153,10 @@ static void test_rate_limit(void **state)
 	kvl__log_limit lim = {.window_ms = 100};
 	for (int i = 0; i < 50; i++)
 		kvl__log(&lim, KVL_LOG_WARNING, "test", "flap %d", i);
-	ASSERT_EQ(got.n, KVL__LOG_BURST);
+	ASSERT_EQ(count(), KVL__LOG_BURST);
 	usleep(150000);
 	kvl__log(&lim, KVL_LOG_WARNING, "test", "flap again");
-	ASSERT_EQ(got.n, KVL__LOG_BURST + 1);
+	ASSERT_EQ(count(), KVL__LOG_BURST + 1);
 	ASSERT_CONTAINS(got.text[KVL__LOG_BURST],
 	                "flap again (45 more like it were dropped)");
 }
