@@ -21,6 +21,8 @@ tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
 	{ cat "$tmp/install.log"; echo "FAIL: cmake --install"; exit 1; }
+[ -f "$tmp/prefix/share/man/man1/kvlink.1" ] ||
+	{ echo "FAIL: the man page is not installed in share/man/man1"; exit 1; }
 pc=$(find "$tmp/prefix" -name kvlink.pc)
 [ -n "$pc" ] || { echo "FAIL: no kvlink.pc installed"; exit 1; }
 export PKG_CONFIG_PATH="$(dirname "$pc")"
