@@ -66,5 +66,19 @@ out=$("$KVL" bench --frobnicate 2>&1)
 [ $? -eq 2 ] && case $out in *"unknown option '--frobnicate'"*) true ;; *) false ;; esac ||
 	fail "--frobnicate: $out"
 
+# A progress bar when asked for (stderr is no terminal here): every redraw
+# fits COLUMNS and shows the rate and the time left; none unasked.
+err=$(COLUMNS=50 "$KVL" bench --progress "${small[@]}" 2>&1 >/dev/null)
+printf '%s' "$err" | python3 -c '
+import sys
+draws = [d.replace("\x1b[K", "") for d in sys.stdin.read().split("\r")]
+draws = [d for d in draws if d]
+assert draws, "no progress bar"
+assert all(len(d) <= 49 for d in draws), max(draws, key=len)
+assert "100% 4/4 turns" in draws[-1] and "ETA" in draws[-1], draws[-1]
+' || fail "--progress: $err"
+err=$("$KVL" bench "${small[@]}" 2>&1 >/dev/null)
+case $err in *ETA*) fail "a progress bar on a pipe unasked: $err" ;; esac
+
 [ $FAILS -eq 0 ] && echo "PASS cli_bench" || echo "FAIL cli_bench: $FAILS"
 [ $FAILS -eq 0 ]

@@ -314,5 +314,23 @@ expect_usage noval '--policy needs a value'
 run unknown --frobnicate "$TMP/one.jsonl"
 expect_usage unknown "unknown option '--frobnicate'"
 
+# --progress draws a bar that fits COLUMNS (the text cut short on a narrow
+# terminal), with the label, rate and ETA.
+for cols in 100 40; do
+	COLUMNS=$cols "$KVL" replay --progress --capacity-blocks 1 \
+		"$TMP/one.jsonl" >/dev/null 2>"$TMP/bar$cols.err"
+	CHECKS=$((CHECKS + 1))
+	python3 -c '
+import sys
+cols = int(sys.argv[2])
+draws = [d.replace("\x1b[K", "") for d in open(sys.argv[1]).read().split("\r")]
+draws = [d for d in draws if d.strip()]
+assert draws and all(len(d) < cols for d in draws), draws
+if cols == 100:
+    assert "1/1 requests" in draws[-1] and "ETA" in draws[-1], draws[-1]
+    assert "(slru, 1 blocks)" in draws[-1], draws[-1]
+' "$TMP/bar$cols.err" $cols || fail "--progress, $cols columns: $(cat "$TMP/bar$cols.err")"
+done
+
 echo "$CHECKS checks, $FAILS failed"
 [ "$FAILS" -eq 0 ]

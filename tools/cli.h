@@ -47,6 +47,20 @@ const char *kvl_cli_uri(const char *uri, char *buf, size_t cap);
 /* Parses an unsigned decimal integer that must fit in uint64_t; 0 or -1. */
 int kvl_cli_parse_u64(const char *s, uint64_t *out);
 
+/* A progress bar on stderr (progress.c): start, show after each step
+ * (done of total `unit`s, an optional label such as the policy), end to
+ * clear the line. Nothing when `on` is 0 (the tool turns it on for a
+ * terminal, or when --progress asks). */
+typedef struct kvl_cli_progress {
+	int on;
+	const char *unit;
+	uint64_t t0_ns, shown_ns;
+} kvl_cli_progress;
+void kvl_cli_progress_start(kvl_cli_progress *p, int on, const char *unit);
+void kvl_cli_progress_show(kvl_cli_progress *p, size_t done, size_t total,
+                           const char *label);
+void kvl_cli_progress_end(kvl_cli_progress *p);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t kvl_cli_now_ns(void);
 

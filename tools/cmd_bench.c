@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "kvlink.h"
@@ -31,6 +32,7 @@ typedef struct bench_opts {
 	int cuda;                   /* --device cuda: the pool is on GPU 0 */
 	int json;
 	int stats;                  /* print the linker's stats at the end */
+	int progress;               /* a progress bar on stderr */
 	uint32_t gpu_copy;          /* --gpu-copy: kvl_linker_opts.gpu_copy */
 	kvl_stats_format stats_fmt;
 } bench_opts;
@@ -529,6 +531,8 @@ static int run_bench(const bench_opts *o)
 	if (!tokens || !h)
 		goto out;
 	uint64_t seed = o->seed;
+	kvl_cli_progress bar;
+	kvl_cli_progress_start(&bar, o->progress, "turns");
 	uint64_t t_start = kvl_cli_now_ns();
 	for (size_t i = 0; i < o->system_tokens; i++)
 		tokens[i] = splitmix(&seed) % 128000;
@@ -540,10 +544,15 @@ static int run_bench(const bench_opts *o)
 			size_t n;
 			kvl_hash_pages(tokens, len, o->page_size, NULL, h,
 			               max_pages + 1, &n);
-			if (run_turn(&c, h, n))
+			if (run_turn(&c, h, n)) {
+				kvl_cli_progress_end(&bar);
 				goto out;
+			}
+			kvl_cli_progress_show(&bar, conv * o->turns + turn + 1,
+			                      o->conversations * o->turns, NULL);
 		}
 	}
+	kvl_cli_progress_end(&bar);
 	double wall_s = (double)(kvl_cli_now_ns() - t_start) / 1e9;
 	kvl_store_stats ss;
 	kvl_store_stats_get(st, &ss);
@@ -587,6 +596,8 @@ static void bench_usage(FILE *f)
 	        "  --slots N            page slots of each pool (256)\n"
 	        "  --seed N             token seed (1)\n"
 	        "  --compute-us N       simulated compute per layer, us (2000)\n"
+	        "  --progress           a progress bar even when stderr is no terminal\n"
+	        "  --no-progress        no progress bar (shown only on a terminal)\n"
 	        "  --json               one JSON object instead of text\n"
 	        "  --stats FORMAT       then the linker's stats: json or prometheus\n"
 	        "                       (with --json: json, as its member \"stats\")\n"
@@ -599,7 +610,8 @@ int kvl_cmd_bench(int argc, char **argv)
 	                .dtype_bytes = 2, .page_size = 16, .conversations = 8,
 	                .turns = 4, .system_tokens = 1024, .turn_tokens = 512,
 	                .slots = 256, .seed = 1, .compute_us = 2000,
-	                .store_uri = "mem:?capacity=2GiB"};
+	                .store_uri = "mem:?capacity=2GiB",
+	                .progress = isatty(2)};
 	static const struct {
 		const char *name;
 		size_t off;
@@ -618,17 +630,19 @@ int kvl_cmd_bench(int argc, char **argv)
 		{"--compute-us", offsetof(bench_opts, compute_us)},
 	};
 	enum { O_JSON = 256, O_STATS, O_DEVICE, O_GPU_COPY, O_STORE,
-	       O_NUM = 512 };
+	       O_PROGRESS, O_NO_PROGRESS, O_NUM = 512 };
 	size_t n_num = sizeof num / sizeof num[0];
-	struct option opts[sizeof num / sizeof num[0] + 7] = {
+	struct option opts[sizeof num / sizeof num[0] + 9] = {
 		{"help", no_argument, NULL, 'h'},
 		{"json", no_argument, NULL, O_JSON},
 		{"stats", required_argument, NULL, O_STATS},
 		{"device", required_argument, NULL, O_DEVICE},
 		{"gpu-copy", required_argument, NULL, O_GPU_COPY},
-		{"store", required_argument, NULL, O_STORE}};
+		{"store", required_argument, NULL, O_STORE},
+		{"progress", no_argument, NULL, O_PROGRESS},
+		{"no-progress", no_argument, NULL, O_NO_PROGRESS}};
 	for (size_t k = 0; k < n_num; k++)
-		opts[6 + k] = (struct option){num[k].name + 2, required_argument,
+		opts[8 + k] = (struct option){num[k].name + 2, required_argument,
 		                              NULL, O_NUM + (int)k};
 	const char *v;
 	optind = 1;
@@ -667,6 +681,8 @@ int kvl_cmd_bench(int argc, char **argv)
 			o.gpu_copy = m;
 		} else if (c == O_STORE) {
 			o.store_uri = v;
+		} else if (c == O_PROGRESS || c == O_NO_PROGRESS) {
+			o.progress = c == O_PROGRESS;
 		} else if (c >= O_NUM && c < O_NUM + (int)n_num) {
 			const char *a = num[c - O_NUM].name;
 			uint64_t *field =

@@ -41,6 +41,8 @@ static void replay_usage(FILE *f)
 	        "  --json               one JSON object per replay\n"
 	        "  --skip-bad           count and skip malformed lines "
 	        "instead of stopping\n"
+	        "  --progress           a progress bar even when stderr is no "
+	        "terminal\n"
 	        "  --no-progress        no progress bar (shown only on a "
 	        "terminal)\n");
 }
@@ -79,13 +81,14 @@ int kvl_cmd_replay(int argc, char **argv)
 	int have_cap_blocks = 0;
 	char *policy_arg = NULL, *sweep_arg = NULL;
 
-	enum { O_JSON = 256, O_SKIP_BAD, O_NO_PROGRESS, O_CAP_BLOCKS,
-	       O_CAPACITY, O_BLOCK_BYTES, O_BLOCK_TOKENS, O_POLICY, O_SWEEP,
+	enum { O_JSON = 256, O_SKIP_BAD, O_PROGRESS, O_NO_PROGRESS,
+	       O_CAP_BLOCKS, O_CAPACITY, O_BLOCK_BYTES, O_BLOCK_TOKENS, O_POLICY, O_SWEEP,
 	       O_PLOT };
 	static const struct option opts[] = {
 		{"help", no_argument, NULL, 'h'},
 		{"json", no_argument, NULL, O_JSON},
 		{"skip-bad", no_argument, NULL, O_SKIP_BAD},
+		{"progress", no_argument, NULL, O_PROGRESS},
 		{"no-progress", no_argument, NULL, O_NO_PROGRESS},
 		{"capacity-blocks", required_argument, NULL, O_CAP_BLOCKS},
 		{"capacity", required_argument, NULL, O_CAPACITY},
@@ -107,6 +110,9 @@ int kvl_cmd_replay(int argc, char **argv)
 			break;
 		case O_SKIP_BAD:
 			o.skip_bad = 1;
+			break;
+		case O_PROGRESS:
+			o.progress = 1;
 			break;
 		case O_NO_PROGRESS:
 			o.progress = 0;

@@ -83,28 +83,6 @@ static void store_uri(char *buf, size_t len, const rp_opts *o,
 		snprintf(buf + n, len - (size_t)n, "&policy=%s", policy);
 }
 
-static void progress(const rp_result *r, size_t done, size_t total,
-                     int *last)
-{
-	int pct = (int)(done * 100 / total);
-	if (pct == *last)
-		return;
-	*last = pct;
-	char cap[32];
-	if (r->capacity_blocks == RP_UNLIMITED)
-		snprintf(cap, sizeof cap, "unlimited");
-	else
-		snprintf(cap, sizeof cap, "%llu blocks",
-		         (unsigned long long)r->capacity_blocks);
-	int bar = pct * 30 / 100;
-	fprintf(stderr, "\r[%.*s%*s] %3d%% %zu/%zu requests (%s, %s)", bar,
-	        "##############################", 30 - bar, "", pct, done,
-	        total, r->policy, cap);
-	if (done == total)
-		fputs("\r\033[K", stderr);
-	fflush(stderr);
-}
-
 /* One replay of the whole trace. 0, or 1 after printing why. */
 int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
                       const char *policy, uint64_t cap_blocks,
@@ -132,7 +110,14 @@ int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
 		fprintf(stderr, "kvlink replay: linker: %s\n", err);
 		goto out;
 	}
-	int last_pct = -1;
+	char label[64];
+	if (cap_blocks == RP_UNLIMITED)
+		snprintf(label, sizeof label, "(%s, unlimited)", res->policy);
+	else
+		snprintf(label, sizeof label, "(%s, %llu blocks)", res->policy,
+		         (unsigned long long)cap_blocks);
+	kvl_cli_progress bar;
+	kvl_cli_progress_start(&bar, o->progress, "requests");
 	uint64_t t0 = kvl_cli_now_ns();
 	for (size_t i = 0; i < t->n_reqs; i++) {
 		const rp_req *r = &t->reqs[i];
@@ -181,9 +166,9 @@ int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
 				goto out;
 			}
 		}
-		if (o->progress)
-			progress(res, i + 1, t->n_reqs, &last_pct);
+		kvl_cli_progress_show(&bar, i + 1, t->n_reqs, label);
 	}
+	kvl_cli_progress_end(&bar);
 	res->wall_s = (double)(kvl_cli_now_ns() - t0) / 1e9;
 	kvl_store_stats ss;
 	kvl_store_stats_get(st, &ss);
