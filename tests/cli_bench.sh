@@ -71,7 +71,7 @@ out=$("$KVL" bench --frobnicate 2>&1)
 err=$(COLUMNS=50 "$KVL" bench --progress "${small[@]}" 2>&1 >/dev/null)
 printf '%s' "$err" | python3 -c '
 import sys
-draws = [d.replace("\x1b[K", "") for d in sys.stdin.read().split("\r")]
+draws = [d.replace("\x1b[K", "") for d in sys.stdin.buffer.read().decode().split("\r")]
 draws = [d for d in draws if d]
 assert draws, "no progress bar"
 assert all(len(d) <= 49 for d in draws), max(draws, key=len)

@@ -323,7 +323,7 @@ for cols in 100 40; do
 	python3 -c '
 import sys
 cols = int(sys.argv[2])
-draws = [d.replace("\x1b[K", "") for d in open(sys.argv[1]).read().split("\r")]
+draws = [d.replace("\x1b[K", "") for d in open(sys.argv[1], newline="").read().split("\r")]
 draws = [d for d in draws if d.strip()]
 assert draws and all(len(d) < cols for d in draws), draws
 if cols == 100:
