@@ -56,6 +56,14 @@ if "$KVL" stat --store mem: --format text | grep -q note; then
 	fail "a store opened with its defaults shows a note"
 fi
 
+# KVL_STORE is the default store; --store wins over it.
+out=$(KVL_STORE='mem:?capacity=2MiB' "$KVL" stat --format json 2>&1)
+printf '%s' "$out" | python3 -c 'import json,sys; assert json.loads(sys.stdin.read())["capacity"] == 2 << 20' ||
+	fail "KVL_STORE is not the default store: $out"
+out=$(KVL_STORE='mem:?capacity=2MiB' "$KVL" stat --store 'mem:?capacity=3MiB' --format json 2>&1)
+printf '%s' "$out" | python3 -c 'import json,sys; assert json.loads(sys.stdin.read())["capacity"] == 3 << 20' ||
+	fail "--store does not win over KVL_STORE: $out"
+
 # --opt=value as well as --opt value; bad options are usage errors.
 out=$("$KVL" stat --store=mem:?capacity=1MiB --format=json 2>&1)
 printf '%s' "$out" | python3 -c 'import json,sys; assert json.loads(sys.stdin.read())["capacity"] == 1 << 20' ||

@@ -581,7 +581,8 @@ static void bench_usage(FILE *f)
 {
 	fprintf(f,
 	        "usage: kvlink bench [OPTIONS]\n"
-	        "  --store URI          store to use (default mem:?capacity=2GiB)\n"
+	        "  --store URI          store to use (default $KVL_STORE, else\n"
+	        "                       mem:?capacity=2GiB)\n"
 	        "  --device host|cuda   where the engine's pool lives (host)\n"
 	        "  --gpu-copy MODE      GPU loads: auto, kernel or dma (auto)\n"
 	        "  --layers N           model layers (32)\n"
@@ -644,7 +645,9 @@ int kvl_cmd_bench(int argc, char **argv)
 	for (size_t k = 0; k < n_num; k++)
 		opts[8 + k] = (struct option){num[k].name + 2, required_argument,
 		                              NULL, O_NUM + (int)k};
-	const char *v;
+	const char *v, *env = getenv("KVL_STORE");
+	if (env && *env) /* the environment over the default */
+		o.store_uri = env;
 	optind = 1;
 	for (int c; (c = kvl_cli_next_opt("bench", argc, argv, opts, &v)) != -1;) {
 		if (c == 'h') {

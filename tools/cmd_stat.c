@@ -67,7 +67,9 @@ int kvl_cmd_stat(int argc, char **argv)
 		{"store", required_argument, NULL, O_STORE},
 		{"format", required_argument, NULL, O_FORMAT},
 		{NULL, 0, NULL, 0}};
-	const char *v;
+	const char *v, *env = getenv("KVL_STORE");
+	if (env && *env) /* the environment over the default */
+		uri = env;
 	optind = 1;
 	for (int c; (c = kvl_cli_next_opt("stat", argc, argv, opts, &v)) != -1;)
 		switch (c) {
@@ -76,7 +78,8 @@ int kvl_cmd_stat(int argc, char **argv)
 			       "[--format text|json|prometheus]\n"
 			       "Prints the counters of the store at URI "
 			       "(default mem:).\n"
-			       "  --store URI      the store (default mem:)\n"
+			       "  --store URI      the store (default $KVL_STORE, "
+			       "else mem:)\n"
 			       "  --format FORMAT  text (default), json or "
 			       "prometheus\n");
 			return 0;

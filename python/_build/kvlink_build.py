@@ -144,13 +144,15 @@ CHECKOUT_LIBRARY = os.path.join(os.path.dirname(ROOT), "build",
 
 def _bundled_library(config_settings):
     """The library the wheel carries, or None. Asked for (config setting
-    ``library``, else $KVLINK_BUNDLE_LIBRARY): that path, a relative one
+    ``library``, else $KVL_BUNDLE_LIBRARY or its old name
+    $KVLINK_BUNDLE_LIBRARY): that path, a relative one
     taken from the directory pip was started in ($PWD), this one or the
     checkout's top; "none" for no library. Not asked: the checkout's
     build/libkvlink.so when `make` has built it."""
     lib = (config_settings or {}).get("library")
-    if lib is None:
-        lib = os.environ.get("KVLINK_BUNDLE_LIBRARY")
+    for name in ("KVL_BUNDLE_LIBRARY", "KVLINK_BUNDLE_LIBRARY"):
+        if lib is None:  # KVLINK_: the name before 0.5, still read
+            lib = os.environ.get(name)
     if lib is None:
         return os.path.realpath(CHECKOUT_LIBRARY) \
             if os.path.isfile(CHECKOUT_LIBRARY) else None

@@ -13,7 +13,9 @@ build lacks) is a configuration error, raised when the engine starts.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 import time
 from typing import Any, Callable, Dict, Generic, Optional, TypeVar
@@ -120,16 +122,90 @@ def check_numbers(cfg: Dict[str, Any], keys, what: str) -> None:
                              f"{cfg[key]!r}")
 
 
+#: The environment variable that names a config file.
+CONFIG_ENV = "KVL_CONFIG"
+
+
+def _read_file(path: str) -> Dict[str, Any]:
+    """A config file: JSON, or TOML (``.toml``, Python 3.11+)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if path.endswith(".toml"):
+        try:
+            import tomllib
+        except ImportError:  # pragma: no cover - Python < 3.11
+            raise ValueError(f"{path}: TOML needs Python 3.11 or later; "
+                             f"write the file as JSON") from None
+        data = tomllib.loads(raw.decode())
+    else:
+        try:
+            data = json.loads(raw.decode())
+        except ValueError as e:
+            raise ValueError(f"{path}: not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected an object of keys")
+    return data
+
+
+def _from_env(key: str, default: Any) -> Any:
+    """KVL_<KEY>'s value, typed after the default's type; KeyError when
+    unset."""
+    name = "KVL_" + key.upper()
+    text = os.environ[name]
+    if isinstance(default, bool):
+        raise ValueError(f"{name}: no environment form")  # none today
+    for typ in ((int,) if isinstance(default, int) else
+                (float,) if isinstance(default, float) else ()):
+        try:
+            return typ(text)
+        except ValueError:
+            raise ValueError(f"{name}={text!r}: expected a number") \
+                from None
+    return text
+
+
 def config(given: Optional[Dict[str, Any]], defaults: Dict[str, Any],
-           what: str) -> Dict[str, Any]:
-    """The engine's extra config over the adapter's defaults; ValueError
-    naming unknown keys."""
-    cfg = dict(given or {})
-    unknown = sorted(set(cfg) - set(defaults))
+           what: str, engine: str = "") -> Dict[str, Any]:
+    """An adapter's settings, each from the first that has it: the engine's
+    extra config (``given``), the environment (``KVL_<KEY>``, e.g.
+    KVL_STORE), a config file (``config_file`` in ``given``, else
+    $KVL_CONFIG: JSON, or TOML; its keys, and those of its ``engine``
+    section, ``"sglang"`` or ``"vllm"``, which win), the defaults.
+    ValueError naming an unknown key, the file, or a variable whose value
+    does not fit."""
+    given = dict(given or {})
+    path = given.pop("config_file", None) or os.environ.get(CONFIG_ENV)
+    layers = []
+    if path:
+        data = _read_file(str(path))
+        section = data.pop(engine, {}) if engine else {}
+        for other in ("sglang", "vllm"):
+            data.pop(other, None)
+        if not isinstance(section, dict):
+            raise ValueError(f"{path}: [{engine}] must be a table of keys")
+        for name, layer in ((f"{path}", data),
+                            (f"{path} [{engine}]", section)):
+            unknown = sorted(set(layer) - set(defaults))
+            if unknown:
+                raise ValueError(f"{what}: {name}: unknown keys {unknown} "
+                                 f"(known: {sorted(defaults)})")
+        layers += [data, section]
+    env = {}
+    for key, default in defaults.items():
+        try:
+            env[key] = _from_env(key, default)
+        except KeyError:
+            pass
+    layers.append(env)
+    unknown = sorted(set(given) - set(defaults))
     if unknown:
         raise ValueError(f"{what}: unknown keys {unknown} (known: "
-                         f"{sorted(defaults)})")
-    return {**defaults, **cfg}
+                         f"{sorted(defaults)} and config_file)")
+    layers.append(given)
+    cfg = dict(defaults)
+    for layer in layers:
+        cfg.update(layer)
+    return cfg
 
 
 class EngineClass:

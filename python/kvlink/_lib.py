@@ -306,15 +306,17 @@ _PROTOTYPES = {
 # major and minor; from 1.0 on, any later minor of the same major does.
 BOUND_VERSION = (0, 5)
 
-LIBRARY_ENV = "KVLINK_LIBRARY"
+LIBRARY_ENV = "KVL_LIBRARY"
+LIBRARY_ENV_OLD = "KVLINK_LIBRARY"  # its name before 0.5, still read
 
 
 def _candidates():
     """(where, path) pairs in lookup order, and the env value if set."""
     here = os.path.dirname(os.path.abspath(__file__))
-    env = os.environ.get(LIBRARY_ENV)
-    if env:
-        return [(f"${LIBRARY_ENV}", env)], env
+    for name in (LIBRARY_ENV, LIBRARY_ENV_OLD):
+        env = os.environ.get(name)
+        if env:
+            return [(f"${name}", env)], env
     out = []
     for name in ("libkvlink.so", "libkvlink.so.%d.%d" % BOUND_VERSION):
         out.append(("next to the package", os.path.join(here, name)))
@@ -343,8 +345,8 @@ def _load():
             tried.append(f"  {where}: {path}: {e}")
             continue
         return handle, path
-    hint = (f"{LIBRARY_ENV} is set but does not load; fix or unset it"
-            if env else
+    hint = (f"{candidates[0][0][1:]} is set but does not load; fix or "
+            f"unset it" if env else
             f"build kvlink (make, or cmake --build build) and set "
             f"{LIBRARY_ENV}=/path/to/libkvlink.so, or install it "
             f"(make install; ldconfig)")

@@ -170,7 +170,7 @@ class _KvlinkLinker:
         if _np is None:  # pragma: no cover
             raise ImportError("kvlink.sglang needs numpy")
         self._cfg = config(extra_config, DEFAULTS,
-                           "kvlink.sglang: linker_extra_config")
+                           "kvlink.sglang: linker_extra_config", "sglang")
         check_numbers(self._cfg, ("load_timeout_s", "reconnect_s",
                                   "max_requests", "io_batch",
                                   "gpu_staging"),

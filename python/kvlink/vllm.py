@@ -137,7 +137,8 @@ class _KvlinkConnector:
                          kv_cache_config)
         tc = vllm_config.kv_transfer_config
         self._cfg = config(getattr(tc, "kv_connector_extra_config", None),
-                           DEFAULTS, "kvlink.vllm: kv_connector_extra_config")
+                           DEFAULTS, "kvlink.vllm: kv_connector_extra_config",
+                           "vllm")
         check_numbers(self._cfg, ("load_timeout_s", "reconnect_s",
                                   "gpu_staging"),
                       "kvlink.vllm: kv_connector_extra_config")

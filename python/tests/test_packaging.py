@@ -41,7 +41,8 @@ def expected_version():
     pytest.skip(f"neither {HEADER} nor {pkg_info}: no version to expect")
 
 
-def backend(root, hook, *args, bundle="none", pwd=None):
+def backend(root, hook, *args, bundle="none", pwd=None,
+            var="KVL_BUNDLE_LIBRARY"):
     """Runs hook(*args) of the backend of project ``root`` with
     $KVLINK_BUNDLE_LIBRARY set to ``bundle`` (None: unset) and $PWD to
     ``pwd`` (None: root); its result, or the failure's text."""
@@ -50,8 +51,9 @@ def backend(root, hook, *args, bundle="none", pwd=None):
             "print(json.dumps(getattr(b, sys.argv[1])(*sys.argv[2:])))")
     env = dict(os.environ, PWD=str(pwd or root))
     env.pop("KVLINK_BUNDLE_LIBRARY", None)
+    env.pop("KVL_BUNDLE_LIBRARY", None)
     if bundle is not None:
-        env["KVLINK_BUNDLE_LIBRARY"] = bundle
+        env[var] = bundle
     r = subprocess.run([sys.executable, "-c", code, hook] + list(args),
                        cwd=root, capture_output=True, text=True, timeout=60,
                        env=env)
@@ -219,10 +221,11 @@ def test_relative_bundle_path(tmp_path):
     (top / "build" / "other.so").write_bytes(b"another")
     out = tmp_path / "out"
     out.mkdir()
-    name, err = backend(top / "python", "build_wheel", str(out),
-                        bundle="build/other.so", pwd=top)
-    assert name is not None, err
-    assert wheel_library(out / name) == b"another"
+    for var in ("KVL_BUNDLE_LIBRARY", "KVLINK_BUNDLE_LIBRARY"):
+        name, err = backend(top / "python", "build_wheel", str(out),
+                            bundle="build/other.so", pwd=top, var=var)
+        assert name is not None, err
+        assert wheel_library(out / name) == b"another"
     name, err = backend(top / "python", "build_wheel", str(out),
                         bundle="build/nothing.so", pwd=top)
     assert name is None
@@ -247,6 +250,7 @@ def test_installed_in_a_venv(tmp_path):
     env = dict(os.environ, KVLINK_BUNDLE_LIBRARY=os.path.realpath(_lib.path),
                PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("KVLINK_LIBRARY", None)
+    env.pop("KVL_LIBRARY", None)
     env.pop("PYTHONPATH", None)
     r = subprocess.run([py, "-m", "pip", "install", "-q", PYTHON],
                        capture_output=True, text=True, timeout=300, env=env,
