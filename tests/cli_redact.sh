@@ -64,6 +64,7 @@ if command -v redis-server >/dev/null 2>&1 && command -v openssl >/dev/null 2>&1
 	section() { printf '%s\n' "$out" | sed -n "/^--- $1\$/,/^--- /p"; }
 	check "stat text" "store redis://:***@127.0.0.1:" "$(section stat)"
 	check "stat text" "objects" "$(section stat)"
+	check "stat text, per process" "count this process's calls only" "$(section stat)"
 	check "stat text over TLS" "store rediss://default:***@127.0.0.1:" "$(section stat-tls)"
 	bench=$(section bench | grep '^{')
 	check "bench --json" '"store":"redis://default:***@127.0.0.1:' "$bench"

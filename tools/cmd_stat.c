@@ -136,6 +136,13 @@ int kvl_cmd_stat(int argc, char **argv)
 			/* No call failed: the message is the open's note. */
 			if (kvl_store_errmsg(st)[0])
 				printf("  note      %s\n", kvl_store_errmsg(st));
+			/* A shared store's servers know its objects; calls are
+			 * counted by each client, and this one made none. */
+			if (strstr(uri, "://"))
+				printf("  (objects, bytes, capacity and evictions "
+				       "are the servers'; hits, misses, puts and "
+				       "errors count this process's calls only: "
+				       "an engine's are in its linker's stats)\n");
 		}
 	} else {
 		rc = kvl_cli_print_stats(NULL, st, fmt);
