@@ -8,6 +8,9 @@ standard library: this backend writes the wheel (a zip with the package and
 its ``.dist-info``) and the sdist (a tar.gz) itself, and declares no build
 requirements.
 
+The sdist carries the C library's sources (csrc/): a wheel built from it
+builds the library with CMake and carries it.
+
 Bundling the C library: in a source checkout where ``make`` has built
 build/libkvlink.so, the wheel carries it as ``kvlink/libkvlink.so``, where
 the package looks first after ``$KVLINK_LIBRARY``, and is tagged for this
@@ -34,8 +37,11 @@ import hashlib
 import io
 import os
 import re
+import shutil
+import subprocess
 import sysconfig
 import tarfile
+import tempfile
 import time
 import zipfile
 
@@ -142,20 +148,74 @@ CHECKOUT_LIBRARY = os.path.join(os.path.dirname(ROOT), "build",
                                 "libkvlink.so")
 
 
+# In an sdist, the C library's sources (csrc/, what its CMake build of the
+# library and the tool needs): a wheel built from it builds the library.
+CSRC = os.path.join(ROOT, "csrc")
+_C_TREE = ("CMakeLists.txt", "LICENSE", "include", "src", "cmake", "tools",
+           "bench")
+
+
+def _c_sources():
+    """(arcname, path) of the C tree, from a checkout (python/ is ROOT) or
+    from an sdist's csrc/."""
+    top = CSRC if os.path.isdir(CSRC) else os.path.dirname(ROOT)
+    if not os.path.isfile(os.path.join(top, "CMakeLists.txt")):
+        return []
+    out = []
+    for part in _C_TREE:
+        path = os.path.join(top, part)
+        if os.path.isfile(path):
+            out.append((f"csrc/{part}", path))
+        for d, dirs, names in os.walk(path):
+            dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+            for fn in sorted(names):
+                full = os.path.join(d, fn)
+                rel = os.path.relpath(full, top).replace(os.sep, "/")
+                out.append((f"csrc/{rel}", full))
+    return out
+
+
+def _build_from_sources():
+    """Builds libkvlink.so from the sdist's csrc/ with CMake (no tests),
+    in a temporary directory, and returns its bytes. RuntimeError with the
+    build's last lines when it fails."""
+    cmake = shutil.which("cmake")
+    if not cmake:
+        raise RuntimeError("kvlink_build: building the C library from this "
+                           "sdist needs cmake (and a C compiler); or set "
+                           "KVL_BUNDLE_LIBRARY=/path/to/libkvlink.so, or "
+                           "none to find it at run time")
+    with tempfile.TemporaryDirectory(prefix="kvlink-build-") as out:
+        for step in ([cmake, "-S", CSRC, "-B", out,
+                      "-DCMAKE_BUILD_TYPE=Release", "-DKVL_BUILD_TESTS=OFF"],
+                     [cmake, "--build", out, "--target", "kvlink",
+                      "-j", str(os.cpu_count() or 2)]):
+            r = subprocess.run(step, capture_output=True, text=True)
+            if r.returncode:
+                tail = "\n".join((r.stdout + r.stderr).splitlines()[-30:])
+                raise RuntimeError(f"kvlink_build: {' '.join(step)} "
+                                   f"failed:\n{tail}")
+        with open(os.path.join(out, "libkvlink.so"), "rb") as f:
+            return f.read()
+
+
 def _bundled_library(config_settings):
-    """The library the wheel carries, or None. Asked for (config setting
+    """The library the wheel carries (a path, or the bytes of one just
+    built), or None. Asked for (config setting
     ``library``, else $KVL_BUNDLE_LIBRARY or its old name
     $KVLINK_BUNDLE_LIBRARY): that path, a relative one
     taken from the directory pip was started in ($PWD), this one or the
     checkout's top; "none" for no library. Not asked: the checkout's
-    build/libkvlink.so when `make` has built it."""
+    build/libkvlink.so when `make` has built it, else, in an sdist, the
+    library built from its csrc/."""
     lib = (config_settings or {}).get("library")
     for name in ("KVL_BUNDLE_LIBRARY", "KVLINK_BUNDLE_LIBRARY"):
         if lib is None:  # KVLINK_: the name before 0.5, still read
             lib = os.environ.get(name)
+    if lib is None and os.path.isfile(CHECKOUT_LIBRARY):
+        return os.path.realpath(CHECKOUT_LIBRARY)
     if lib is None:
-        return os.path.realpath(CHECKOUT_LIBRARY) \
-            if os.path.isfile(CHECKOUT_LIBRARY) else None
+        return _build_from_sources() if os.path.isdir(CSRC) else None
     if lib.lower() in ("", "none"):
         return None
     bases = [os.environ.get("PWD"), os.getcwd(), os.path.dirname(ROOT)]
@@ -234,7 +294,9 @@ def _build(wheel_directory, config_settings, editable):
         for arcname, full in _package_files():
             with open(full, "rb") as f:
                 whl.add(arcname, f.read())
-        if lib:
+        if isinstance(lib, bytes):
+            whl.add(f"{PACKAGE}/libkvlink.so", lib, 0o755)
+        elif lib:
             with open(lib, "rb") as f:
                 whl.add(f"{PACKAGE}/libkvlink.so", f.read(), 0o755)
     di = _write_dist_info(whl, p, metadata, tag)
@@ -284,6 +346,7 @@ def build_sdist(sdist_directory, config_settings=None):
     files = [("pyproject.toml", os.path.join(ROOT, "pyproject.toml")),
              ("_build/kvlink_build.py", os.path.abspath(__file__))]
     files += _package_files()
+    files += _c_sources()
     tests = os.path.join(ROOT, "tests")
     for fn in sorted(os.listdir(tests)) if os.path.isdir(tests) else []:
         if fn.endswith((".py", ".sh")):

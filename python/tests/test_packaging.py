@@ -277,3 +277,41 @@ def test_installed_in_a_venv(tmp_path):
     r = subprocess.run([py, "-m", "kvlink", "stat", "--store", "nosuch:"],
                        capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 1 and "nosuch" in r.stderr
+
+
+def test_sdist_builds_the_library(tmp_path):
+    """The sdist carries the C sources (csrc/), and a wheel built from it,
+    with nothing asked, builds the library with CMake and carries it: one
+    that loads and reports the version."""
+    import ctypes
+    if not os.path.isfile(HEADER):
+        pytest.skip(f"no {HEADER}: not a source checkout")
+    if not shutil.which("cmake"):
+        pytest.skip("no cmake")
+    v = expected_version()
+    sd = build(PYTHON, "build_sdist", tmp_path)
+    with tarfile.open(tmp_path / sd) as tar:
+        names = set(tar.getnames())
+        base = f"kvlink-{v}"
+        assert {f"{base}/csrc/CMakeLists.txt", f"{base}/csrc/LICENSE",
+                f"{base}/csrc/include/kvlink.h",
+                f"{base}/csrc/src/core/hash.c",
+                f"{base}/csrc/cmake/kvlink.map"} <= names
+        assert not any("/csrc/tests/" in n or "__pycache__" in n
+                       for n in names)
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(tmp_path / "u", filter="data")
+        else:
+            tar.extractall(tmp_path / "u")
+    out = tmp_path / "wheel"
+    out.mkdir()
+    name, err = backend(tmp_path / "u" / base, "build_wheel", str(out),
+                        bundle=None)
+    assert name is not None, err
+    lib = wheel_library(out / name)
+    assert lib and lib[:4] == b"\x7fELF"
+    path = tmp_path / "libkvlink.so"
+    path.write_bytes(lib)
+    handle = ctypes.CDLL(str(path))
+    handle.kvl_version.restype = ctypes.c_char_p
+    assert handle.kvl_version().decode() == v
