@@ -362,6 +362,17 @@ static void through_store(kvl_layout *l, const char *uri, uint32_t io_batch)
 	cudaStreamDestroy(s);
 }
 
+/* Load c brought every page, each into its slot of `slots`. */
+static void expect_all_loaded(kvl_completion c, const size_t *slots,
+                              const char *what)
+{
+	EXPECT_EQ_MSG(c.valid_pages, PAGES, "%s: %s", what,
+	              kvl_err_name(c.status));
+	for (size_t i = 0; i < PAGES; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, slots[i], LAYERS), "%s: page %zu",
+		                what, i);
+}
+
 /* A counter of the linker's stats (UINT64_MAX if not found). */
 static uint64_t counter(kvl_linker *lk, const char *name)
 {
@@ -431,10 +442,7 @@ static void dma_loads(kvl_layout *l, uint32_t gpu_copy, uint32_t staging,
 
 	uint64_t bytes0 = counter(lk, "loaded_bytes");
 	uint64_t dma0 = counter(lk, "loaded_dma_bytes");
-	c = load_all(lk, 2, pages, dst, s);
-	EXPECT_EQ_MSG(c.valid_pages, PAGES, "load: %s", kvl_err_name(c.status));
-	for (size_t i = 0; i < PAGES; i++)
-		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS), "page %zu", i);
+	expect_all_loaded(load_all(lk, 2, pages, dst, s), dst, "load");
 	uint64_t bytes = counter(lk, "loaded_bytes") - bytes0;
 	uint64_t dma = counter(lk, "loaded_dma_bytes") - dma0;
 	EXPECT_TRUE_MSG(bytes > 0 && dma == (want_dma ? bytes : 0),
@@ -445,12 +453,8 @@ static void dma_loads(kvl_layout *l, uint32_t gpu_copy, uint32_t staging,
 	size_t up[PAGES];
 	for (size_t i = 0; i < PAGES; i++)
 		up[i] = 2 * PAGES + i;
-	c = load_all(lk, 7, pages, up, s);
-	EXPECT_EQ_MSG(c.valid_pages, PAGES, "load into slots that follow: %s",
-	              kvl_err_name(c.status));
-	for (size_t i = 0; i < PAGES; i++)
-		EXPECT_TRUE_MSG(slot_ok(i, up[i], LAYERS),
-		                "slots that follow: page %zu", i);
+	expect_all_loaded(load_all(lk, 7, pages, up, s), up,
+	                  "slots that follow");
 	gated_load(lk, pages, up);
 
 	/* Page 6 stored again lands after the run: runs 0-5, 6, 7-15. */
@@ -463,12 +467,7 @@ static void dma_loads(kvl_layout *l, uint32_t gpu_copy, uint32_t staging,
 	collect(lk, 3, &c);
 	EXPECT_EQ_MSG(c.valid_pages, 1, "offload of page 6: %s",
 	              kvl_err_name(c.status));
-	c = load_all(lk, 4, pages, dst, s);
-	EXPECT_EQ_MSG(c.valid_pages, PAGES, "broken run: %s",
-	              kvl_err_name(c.status));
-	for (size_t i = 0; i < PAGES; i++)
-		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS),
-		                "broken run: page %zu", i);
+	expect_all_loaded(load_all(lk, 4, pages, dst, s), dst, "broken run");
 
 	/* Page 11 gone: the first request keeps 0..10; a second one of the
 	 * batch, pages 12..15 into their source slots, completes. */
