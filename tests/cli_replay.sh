@@ -68,6 +68,16 @@ contains() {
 	grep -qF -- "$3" "$2" || fail "$1: '$3' not in $(basename "$2")"
 }
 
+# same_result A B: the two runs' JSON agree but for the timings.
+same_result() {
+	CHECKS=$((CHECKS + 1))
+	python3 -c '
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for d in (a, b):
+    d.pop("wall_s"); d.pop("requests_per_s"); d.pop("trace")
+sys.exit(a != b)' "$TMP/$1.out" "$TMP/$2.out" || fail "$2 differs from $1"
+}
 GOOD='{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1, 2]}'
 
 # ---------------------------------------------------------- malformed lines
@@ -93,18 +103,20 @@ bad negative '{"timestamp": 0, "input_length": -5, "output_length": 1, "hash_ids
 	'input_length: -5 is negative (column 34)'
 bad neg_id '{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [-1]}' \
 	'hash_ids: -1 is negative (column 72)'
-bad fraction '{"timestamp": 1.5, "input_length": 0, "output_length": 1, "hash_ids": []}' \
-	'timestamp: 1.5 is not an integer (column 15)'
-bad exponent '{"timestamp": 1e3, "input_length": 0, "output_length": 1, "hash_ids": []}' \
-	'timestamp: 1e3 is not an integer (column 15)'
+bad fraction '{"timestamp": 1.5, "input_length": 1.5, "output_length": 1, "hash_ids": []}' \
+	'input_length: 1.5 is not an integer (column 36)'
+bad exponent '{"timestamp": 0, "input_length": 0, "output_length": 1e3, "hash_ids": []}' \
+	'output_length: 1e3 is not an integer (column 54)'
+bad neg_ts '{"timestamp": -0.5, "input_length": 0, "output_length": 1, "hash_ids": []}' \
+	'timestamp: -0.5 is negative (column 15)'
 bad leading_zero '{"timestamp": 007, "input_length": 0, "output_length": 1, "hash_ids": []}' \
 	'timestamp: 007 has a leading zero (not JSON) (column 15)'
-bad too_large '{"timestamp": 18446744073709551616, "input_length": 0, "output_length": 1, "hash_ids": []}' \
-	'timestamp: 18446744073709551616 is too large (above 2^64-1) (column 15)'
+bad too_large '{"timestamp": 0, "input_length": 18446744073709551616, "output_length": 1, "hash_ids": []}' \
+	'input_length: 18446744073709551616 is too large (above 2^64-1) (column 34)'
 bad string_value '{"timestamp": "0", "input_length": 0, "output_length": 1, "hash_ids": []}' \
-	'timestamp: expected an integer, found a string (column 15)'
+	'timestamp: expected a number, found a string (column 15)'
 bad null_value '{"timestamp": null, "input_length": 0, "output_length": 1, "hash_ids": []}' \
-	'timestamp: expected an integer, found true, false or null (column 15)'
+	'timestamp: expected a number, found true, false or null (column 15)'
 bad ids_not_array '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": 3}' \
 	"hash_ids: expected an array ('['), found '3' (column 69)"
 bad too_short '{"timestamp": 0, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2]}' \
@@ -113,8 +125,15 @@ bad too_long '{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_id
 	'hash_ids has 2 ids but input_length 512 needs ceil(512 / 512) = 1 (column 71)'
 bad zero_len_ids '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": [7]}' \
 	'hash_ids has 1 ids but input_length 0 needs ceil(0 / 512) = 0 (column 69)'
-bad unknown '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": [], "model": 1}' \
-	'unknown field "model" (expected timestamp, input_length, output_length and hash_ids) (column 73)'
+bad other_unterminated '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": [], "m": [1, }' \
+	"m: expected a value, found '}' (column 82)"
+bad other_escape '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": [], "m": "\x"}' \
+	'bad escape in a string (column 80)'
+bad other_word '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": [], "m": tru}' \
+	"m: expected a value, found 't' (column 78)"
+deep=$(printf '%.0s[' $(seq 1 70))
+bad other_deep "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": [], \"m\": $deep}" \
+	'm: nested more than 64 deep (column 142)'
 bad twice '{"timestamp": 0, "timestamp": 1, "input_length": 0, "output_length": 1, "hash_ids": []}' \
 	'field "timestamp" appears twice (column 18)'
 bad trailing '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []} x' \
@@ -152,6 +171,25 @@ run liberal --json "$TMP/liberal.jsonl"
 expect_ok liberal
 contains liberal "$TMP/liberal.out" '"requests":3,'
 contains liberal "$TMP/liberal.out" '"input_tokens":1512,'
+
+# Accepted: the fields of real traces beyond the four (session ids, models,
+# nested metadata, escaped strings, negative and real numbers), skipped,
+# and timestamps in fractional milliseconds; the same hit ratios as
+# without them.
+printf '%s\n' \
+	'{"session_id": "s-1", "timestamp": 10.25, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2]}' \
+	'{"timestamp": 1.5e3, "model": {"name": "llama\u00e9 \"8b\"", "tp": [1, -2.5, true, null]}, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2], "empty": {}, "none": []}' \
+	>"$TMP/extra.jsonl"
+printf '%s\n' \
+	'{"timestamp": 10, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2]}' \
+	'{"timestamp": 1500, "input_length": 1024, "output_length": 3, "hash_ids": [1, 2]}' \
+	>"$TMP/plain.jsonl"
+run extra --json --no-progress "$TMP/extra.jsonl"
+expect_ok extra
+contains extra "$TMP/extra.out" '"requests":2,'
+contains extra "$TMP/extra.out" '"hit_blocks":2,'
+run plain --json --no-progress "$TMP/plain.jsonl"
+same_result plain extra
 
 # A first request without blocks.
 printf '%s\n%s\n' '{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}' \
@@ -294,16 +332,6 @@ CHECKS=$((CHECKS + 1))
 contains plot_dir "$TMP/plot_dir.err" "kvlink replay: cannot write $TMP/no/such/dir.svg"
 
 # --opt=value is --opt value, the trace may come first, "--" ends options.
-# same_result A B: the two runs' JSON agree but for the timings.
-same_result() {
-	CHECKS=$((CHECKS + 1))
-	python3 -c '
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-for d in (a, b):
-    d.pop("wall_s"); d.pop("requests_per_s")
-sys.exit(a != b)' "$TMP/$1.out" "$TMP/$2.out" || fail "$2 differs from $1"
-}
 run eq_a --json --capacity-blocks 1 --no-progress "$TMP/one.jsonl"
 run eq_b "$TMP/one.jsonl" --json --capacity-blocks=1 --no-progress
 same_result eq_a eq_b

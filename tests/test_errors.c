@@ -2322,14 +2322,15 @@ static int r_trace_missing(void)
 	return trace(GOOD_LINE "{\"timestamp\": 0, \"input_length\": 1, "
 	                       "\"output_length\": 6}\n");
 }
-static int r_trace_unknown(void)
+static int r_trace_other_bad(void)
 {
-	return trace("{\"timestamp\": 0, \"input_length\": 1, \"model\": 1, "
-	             "\"output_length\": 6, \"hash_ids\": [3]}\n");
+	return trace("{\"timestamp\": 0, \"input_length\": 1, "
+	             "\"model\": [1, }, \"output_length\": 6, "
+	             "\"hash_ids\": [3]}\n");
 }
 static int r_trace_fraction(void)
 {
-	return trace("{\"timestamp\": 1.5, \"input_length\": 1, "
+	return trace("{\"timestamp\": 1.5, \"input_length\": 1.5, "
 	             "\"output_length\": 6, \"hash_ids\": [3]}\n");
 }
 static int r_trace_trailing(void)
@@ -2602,7 +2603,7 @@ static const row rows[] = {
 	R("trace.negative", r_trace_negative),
 	R("trace.id-count", r_trace_count),
 	R("trace.missing-field", r_trace_missing),
-	R("trace.unknown-field", r_trace_unknown),
+	R("trace.other-field-bad", r_trace_other_bad),
 	R("trace.fraction", r_trace_fraction),
 	R("trace.trailing", r_trace_trailing),
 	R("trace.not-object", r_trace_not_object),

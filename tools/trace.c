@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * trace.c — the strict parser of Mooncake request traces (format in
- * trace.h): a cursor over one line at a time, with the column of the first
- * error.
+ * trace.c — the parser of Mooncake request traces (format in trace.h): a
+ * cursor over one line at a time, with the column of the first error.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -96,9 +95,12 @@ static int jp_name(rp_parser *jp, char *name, size_t cap)
 	return 0;
 }
 
-/* A JSON number that must be a non-negative integer below 2^64. `what`
- * names it for messages. */
-static int jp_u64(rp_parser *jp, const char *what, uint64_t *out)
+/* A non-negative JSON number: with `real` 0 an integer below 2^64 (its
+ * value in *out), with `real` 1 any (a fraction, an exponent, any size;
+ * *out gets its integer part, or UINT64_MAX beyond). `what` names it for
+ * messages. */
+static int jp_number(rp_parser *jp, const char *what, int real,
+                     uint64_t *out)
 {
 	char b[16];
 	jp_ws(jp);
@@ -112,15 +114,15 @@ static int jp_u64(rp_parser *jp, const char *what, uint64_t *out)
 		if (!neg && q < jp->end &&
 		    (*q == '"' || *q == 't' || *q == 'f' || *q == 'n' ||
 		     *q == '[' || *q == '{'))
-			return jp_fail(jp, s, "%s: expected an integer, found "
-			                      "%s",
-			               what,
+			return jp_fail(jp, s, "%s: expected %s, found %s", what,
+			               real ? "a number" : "an integer",
 			               *q == '"' ? "a string" :
 			               *q == '[' ? "an array" :
 			               *q == '{' ? "an object" :
 			                           "true, false or null");
-		return jp_fail(jp, q, "%s: expected an integer, found %s",
-		               what, jp_what(jp, q, b, sizeof b));
+		return jp_fail(jp, q, "%s: expected %s, found %s", what,
+		               real ? "a number" : "an integer",
+		               jp_what(jp, q, b, sizeof b));
 	}
 	const char *digits = q;
 	uint64_t v = 0;
@@ -161,17 +163,118 @@ static int jp_u64(rp_parser *jp, const char *what, uint64_t *out)
 	    digits[1] <= '9')
 		return jp_fail(jp, s, "%s: %.*s has a leading zero (not JSON)",
 		               what, len, s);
-	if (frac)
+	if (frac && !real)
 		return jp_fail(jp, s, "%s: %.*s is not an integer", what, len,
 		               s);
-	if (neg && (v != 0 || overflow))
+	if (neg && (v != 0 || overflow || (frac && strtod(s, NULL) < 0)))
 		return jp_fail(jp, s, "%s: %.*s is negative", what, len, s);
-	if (overflow)
+	if (overflow && !real)
 		return jp_fail(jp, s, "%s: %.*s is too large (above 2^64-1)",
 		               what, len, s);
+	if (overflow)
+		v = UINT64_MAX;
 	jp->p = q;
 	*out = v;
 	return 0;
+}
+
+#define JP_MAX_DEPTH 64 /* arrays and objects nested in an ignored field */
+
+/* Skips a JSON string (at its opening quote), checking its escapes. */
+static int jp_skip_string(rp_parser *jp)
+{
+	char b[16];
+	const char *s = jp->p++;
+	while (jp->p < jp->end && *jp->p != '"') {
+		unsigned char c = (unsigned char)*jp->p;
+		if (c < 0x20)
+			return jp_fail(jp, jp->p, "%s inside a string",
+			               jp_what(jp, jp->p, b, sizeof b));
+		if (c == '\\') {
+			const char *e = ++jp->p;
+			if (e >= jp->end || !*e || !strchr("\"\\/bfnrtu", *e))
+				return jp_fail(jp, e, "bad escape in a string");
+			if (*e == 'u') {
+				for (int k = 1; k <= 4; k++)
+					if (e + k >= jp->end || !e[k] ||
+					    !strchr("0123456789abcdefABCDEF",
+					            e[k]))
+						return jp_fail(jp, e, "bad \\u "
+						               "escape in a string");
+				jp->p += 4;
+			}
+		}
+		jp->p++;
+	}
+	if (jp->p >= jp->end)
+		return jp_fail(jp, s, "unterminated string");
+	jp->p++;
+	return 0;
+}
+
+/* Skips one JSON value of a field the replay does not use, checking that
+ * it is JSON. */
+static int jp_skip_value(rp_parser *jp, const char *what, int depth)
+{
+	char b[16];
+	uint64_t ignored;
+	jp_ws(jp);
+	const char *at = jp->p;
+	if (at >= jp->end)
+		return jp_fail(jp, at, "%s: expected a value, found the end of "
+		                       "the line",
+		               what);
+	if (*at == '"')
+		return jp_skip_string(jp);
+	if (*at == '-' || (*at >= '0' && *at <= '9')) {
+		/* Negative numbers are fine here: skip the sign. */
+		if (*at == '-')
+			jp->p++;
+		return jp_number(jp, what, 1, &ignored);
+	}
+	static const char *const words[] = {"true", "false", "null"};
+	for (int w = 0; w < 3; w++) {
+		size_t n = strlen(words[w]);
+		if ((size_t)(jp->end - at) >= n && !memcmp(at, words[w], n)) {
+			jp->p += n;
+			return 0;
+		}
+	}
+	if (*at != '[' && *at != '{')
+		return jp_fail(jp, at, "%s: expected a value, found %s", what,
+		               jp_what(jp, at, b, sizeof b));
+	if (depth >= JP_MAX_DEPTH)
+		return jp_fail(jp, at, "%s: nested more than %d deep", what,
+		               JP_MAX_DEPTH);
+	char close = *at == '[' ? ']' : '}';
+	jp->p++;
+	jp_ws(jp);
+	if (jp->p < jp->end && *jp->p == close) {
+		jp->p++;
+		return 0;
+	}
+	for (;;) {
+		if (close == '}') {
+			jp_ws(jp);
+			if (jp->p >= jp->end || *jp->p != '"')
+				return jp_fail(jp, jp->p, "%s: expected a "
+				               "name in double quotes, found %s",
+				               what, jp_what(jp, jp->p, b,
+				                             sizeof b));
+			if (jp_skip_string(jp) ||
+			    jp_expect(jp, ':', "after a name"))
+				return -1;
+		}
+		if (jp_skip_value(jp, what, depth + 1))
+			return -1;
+		jp_ws(jp);
+		if (jp->p < jp->end && *jp->p == ',') {
+			jp->p++;
+			continue;
+		}
+		return jp_expect(jp, close, close == ']' ? "or ',' in an array"
+		                                         : "or ',' in an object");
+	}
 }
 
 /* Makes room for one more id; -1 when out of memory. */
@@ -231,12 +334,11 @@ int rp_trace_parse(rp_trace *t, const char *line, size_t len,
 			int f = 0;
 			while (f < F_COUNT && strcmp(name, field_names[f]))
 				f++;
-			if (f == F_COUNT) {
-				jp_fail(jp, at, "unknown field \"%s\" (expected "
-				                "timestamp, input_length, "
-				                "output_length and hash_ids)",
-				        name);
-				goto bad;
+			if (f == F_COUNT) { /* session_id, model, …: not used */
+				if (jp_expect(jp, ':', "after a field name") ||
+				    jp_skip_value(jp, name, 0))
+					goto bad;
+				goto next;
 			}
 			if (seen[f]) {
 				jp_fail(jp, at, "field \"%s\" appears twice",
@@ -247,7 +349,9 @@ int rp_trace_parse(rp_trace *t, const char *line, size_t len,
 			if (jp_expect(jp, ':', "after a field name"))
 				goto bad;
 			if (f != F_HASH_IDS) {
-				if (jp_u64(jp, field_names[f], &val[f]))
+				/* Timestamps may be fractional milliseconds. */
+				if (jp_number(jp, field_names[f],
+				              f == F_TIMESTAMP, &val[f]))
 					goto bad;
 			} else {
 				jp_ws(jp);
@@ -266,7 +370,7 @@ int rp_trace_parse(rp_trace *t, const char *line, size_t len,
 				} else {
 					for (;;) {
 						uint64_t id;
-						if (jp_u64(jp, "hash_ids", &id))
+						if (jp_number(jp, "hash_ids", 0, &id))
 							goto bad;
 						if (trace_reserve_ids(t, 1))
 							return -2;
@@ -284,6 +388,7 @@ int rp_trace_parse(rp_trace *t, const char *line, size_t len,
 					}
 				}
 			}
+		next:
 			jp_ws(jp);
 			if (jp->p < jp->end && *jp->p == ',') {
 				jp->p++;

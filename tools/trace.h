@@ -8,12 +8,15 @@
  *    "hash_ids": [0, 1, 2, ...]}
  * hash_ids are ids of prefix-chained blocks of --block-tokens (512) tokens:
  * equal ids mean equal blocks with equal prefixes. The parser below accepts
- * exactly this: an object with each of the four fields once, in any order,
- * with JSON whitespace between tokens; non-negative integers (no fraction,
- * no exponent, no leading zeros, at most 2^64-1; "-0" is 0); hash_ids an
- * array of them with exactly ceil(input_length / block_tokens) entries.
- * Field names must be plain (no escapes); unknown fields are errors. Blank
- * lines are skipped. Anything else stops the replay with "FILE:LINE: what"
+ * an object with each of the four fields once, in any order, with JSON
+ * whitespace between tokens; input_length, output_length and hash_ids'
+ * entries non-negative integers (no fraction, no exponent, no leading
+ * zeros, at most 2^64-1; "-0" is 0), timestamp any non-negative number
+ * (fractional milliseconds too); hash_ids with exactly
+ * ceil(input_length / block_tokens) entries. Other fields (session_id,
+ * model, …) are skipped, their values checked to be JSON (nested at most
+ * 64 deep). Field names must be plain (no escapes). Blank lines are
+ * skipped. Anything else stops the replay with "FILE:LINE: what"
  * and exit status 1, or, with --skip-bad, is counted and skipped.
  *
  */
