@@ -213,9 +213,11 @@ typedef enum kvl_gpu_copy {
  * Rank information (tp/cp/pp rank and size, replicated pools) comes from the
  * layout's shard and pool flags. Each pool's bytes move one way, chosen here:
  * host pools straight between the store and their slots; pools on a CUDA
- * device from the store's memory in place where the store lends it (mem:),
- * and otherwise through a pinned ring the linker allocates: two halves of up
- * to 64 MiB each (io_batch items' reads, or one item's if larger).
+ * device from the store's memory in place where the store lends it (mem:;
+ * runs of objects through the copy engines and a GPU staging ring of
+ * gpu_staging bytes, the rest by a kernel: kvl_gpu_copy), and otherwise
+ * through a pinned ring the linker allocates: two halves of up to 64 MiB
+ * each (io_batch items' reads, or one item's if larger).
  * out     [out] the linker; close it with kvl_linker_close.
  * errbuf  optional buffer of errlen bytes for the reason of a failure.
  * Errors: KVL_EINVAL (NULL, unfinalized layout, bad option: a
@@ -223,7 +225,8 @@ typedef enum kvl_gpu_copy {
  * KVL_LINKER_MAX_* limit), KVL_ENOTSUP
  * (a pool on a CUDA device in a build without CUDA or without a usable
  * device; GPU pools on two devices; a pool mixing host and CUDA buffers),
- * KVL_EIO (the GPU copies cannot be set up), KVL_ENOMEM. */
+ * KVL_EIO (the GPU copies or the staging ring cannot be set up),
+ * KVL_ENOMEM. */
 KVL_API int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
                             const kvl_linker_opts *opts, kvl_linker **out,
                             char *errbuf, size_t errlen);
