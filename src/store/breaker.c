@@ -78,7 +78,8 @@ void kvl__breaker_free(kvl__breaker *b)
 	free(b);
 }
 
-/* Closes the breaker if it is open: the store answered. */
+/* Closes the breaker if it is open: the store answered. (The log's lock
+ * is a leaf: callers may hold mu.) */
 static void close_breaker(kvl__breaker *b)
 {
 	if (atomic_exchange(&b->open, 0))
@@ -108,9 +109,7 @@ static void *prober_main(void *arg)
 		pthread_mutex_lock(&b->mu);
 		if (rc == 0) {
 			atomic_store(&b->fails, 0);
-			pthread_mutex_unlock(&b->mu);
 			close_breaker(b);
-			pthread_mutex_lock(&b->mu);
 		} else if (b->backoff_ms < b->backoff_min_ms * BACKOFF_GROWTH) {
 			b->backoff_ms *= 2;
 		}
@@ -143,8 +142,6 @@ void kvl__breaker_record(kvl__breaker *b, int failed, const char *why)
 		return;
 	}
 	unsigned f = atomic_fetch_add(&b->fails, 1) + 1;
-	int opened = 0;
-	uint64_t backoff = 0;
 	pthread_mutex_lock(&b->mu);
 	snprintf(b->why, sizeof b->why, "%s", why);
 	if (f >= b->threshold && !atomic_load(&b->open) && !b->stopping) {
@@ -157,17 +154,15 @@ void kvl__breaker_record(kvl__breaker *b, int failed, const char *why)
 			atomic_fetch_add(&b->opens, 1);
 			atomic_store(&b->open, 1);
 			pthread_cond_broadcast(&b->cv);
-			opened = 1;
-			backoff = b->backoff_ms;
+			kvl__log(&opened_limit, KVL_LOG_WARNING, "store",
+			         "%s is down: %u calls in a row failed (last: "
+			         "%s); calls fail at once until a probe (every "
+			         "%llu ms at first) reaches it",
+			         b->name, f, why,
+			         (unsigned long long)b->backoff_ms);
 		}
 	}
 	pthread_mutex_unlock(&b->mu);
-	if (opened)
-		kvl__log(&opened_limit, KVL_LOG_WARNING, "store",
-		         "%s is down: %u calls in a row failed (last: %s); calls "
-		         "fail at once until a probe (every %llu ms at first) "
-		         "reaches it",
-		         b->name, f, why, (unsigned long long)backoff);
 }
 
 void kvl__breaker_stats(kvl__breaker *b, uint64_t *opens, uint64_t *refused,
