@@ -96,6 +96,8 @@ void kvl__lk_stage_end(kvl_linker *lk, lk_gather *gt);
 /* The view path's copy engines: the stager when gpu_copy allows; 0 or
  * the failure (message in errbuf). */
 int kvl__lk_stage_open(kvl_linker *lk, char *errbuf, size_t errlen);
+/* Frees what kvl__lk_stage_open made (nothing if it made nothing). */
+void kvl__lk_stage_close(kvl_linker *lk);
 
 /* Records layer `layer`'s event after what gt launched: the layer's first
  * failure, or 0. */

@@ -124,8 +124,7 @@ void kvl__lk_gpu_close(kvl_linker *lk)
 	lk_gpu *g = lk->gpu;
 	if (!g)
 		return;
-	kvl__stager_destroy(g->stager);
-	free(g->run);
+	kvl__lk_stage_close(lk); /* before the copier its scatters run on */
 	kvl__copier_destroy(g->load);
 	kvl__copier_destroy(g->off);
 	kvl__copier_destroy(g->gate);

@@ -49,6 +49,15 @@ int kvl__lk_stage_open(kvl_linker *lk, char *errbuf, size_t errlen)
 	return 0;
 }
 
+void kvl__lk_stage_close(kvl_linker *lk)
+{
+	lk_gpu *g = lk->gpu;
+	kvl__stager_destroy(g->stager);
+	free(g->run);
+	g->stager = NULL;
+	g->run = NULL;
+}
+
 /* Whether run r goes to the copy engines. */
 static int worth_dma(const kvl_linker *lk, const lk_run *r)
 {
