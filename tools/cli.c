@@ -48,6 +48,12 @@ uint64_t kvl_cli_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+const char *kvl_cli_default_store(const char *fallback)
+{
+	const char *env = getenv("KVL_STORE");
+	return env && *env ? env : fallback;
+}
+
 int kvl_cli_next_opt(const char *cmd, int argc, char **argv,
                      const struct option *opts, const char **arg)
 {

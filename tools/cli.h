@@ -40,6 +40,10 @@ struct option;
 int kvl_cli_next_opt(const char *cmd, int argc, char **argv,
                      const struct option *opts, const char **arg);
 
+/* The store a command uses without --store: $KVL_STORE when set and not
+ * empty (the environment over the default), else `fallback`. */
+const char *kvl_cli_default_store(const char *fallback);
+
 /* `uri` as the tool prints it: credentials redacted (kvl_uri_redact),
  * into buf (cap bytes); returns buf. */
 const char *kvl_cli_uri(const char *uri, char *buf, size_t cap);

@@ -611,7 +611,7 @@ int kvl_cmd_bench(int argc, char **argv)
 	                .dtype_bytes = 2, .page_size = 16, .conversations = 8,
 	                .turns = 4, .system_tokens = 1024, .turn_tokens = 512,
 	                .slots = 256, .seed = 1, .compute_us = 2000,
-	                .store_uri = "mem:?capacity=2GiB",
+	                .store_uri = kvl_cli_default_store("mem:?capacity=2GiB"),
 	                .progress = isatty(2)};
 	static const struct {
 		const char *name;
@@ -645,9 +645,7 @@ int kvl_cmd_bench(int argc, char **argv)
 	for (size_t k = 0; k < n_num; k++)
 		opts[8 + k] = (struct option){num[k].name + 2, required_argument,
 		                              NULL, O_NUM + (int)k};
-	const char *v, *env = getenv("KVL_STORE");
-	if (env && *env) /* the environment over the default */
-		o.store_uri = env;
+	const char *v;
 	optind = 1;
 	for (int c; (c = kvl_cli_next_opt("bench", argc, argv, opts, &v)) != -1;) {
 		if (c == 'h') {

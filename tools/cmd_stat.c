@@ -58,7 +58,7 @@ int kvl_cli_stats_format(const char *s, kvl_stats_format *out)
 
 int kvl_cmd_stat(int argc, char **argv)
 {
-	const char *uri = "mem:";
+	const char *uri = kvl_cli_default_store("mem:");
 	kvl_stats_format fmt = KVL_STATS_PROMETHEUS;
 	int text = 1;
 	enum { O_STORE = 256, O_FORMAT };
@@ -67,9 +67,7 @@ int kvl_cmd_stat(int argc, char **argv)
 		{"store", required_argument, NULL, O_STORE},
 		{"format", required_argument, NULL, O_FORMAT},
 		{NULL, 0, NULL, 0}};
-	const char *v, *env = getenv("KVL_STORE");
-	if (env && *env) /* the environment over the default */
-		uri = env;
+	const char *v;
 	optind = 1;
 	for (int c; (c = kvl_cli_next_opt("stat", argc, argv, opts, &v)) != -1;)
 		switch (c) {
