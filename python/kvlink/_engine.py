@@ -122,6 +122,17 @@ def check_numbers(cfg: Dict[str, Any], keys, what: str) -> None:
                              f"{cfg[key]!r}")
 
 
+def stream_event(cuda: bool) -> Any:
+    """A CUDA event recorded now on the current stream (what a load or an
+    offload starts after), or None for pools in host memory."""
+    if not cuda:
+        return None
+    import torch
+    ev = torch.cuda.Event()
+    ev.record()
+    return ev
+
+
 #: The environment variable that names a config file.
 CONFIG_ENV = "KVL_CONFIG"
 
@@ -147,21 +158,29 @@ def _read_file(path: str) -> Dict[str, Any]:
     return data
 
 
+def _env_name(key: str) -> str:
+    return "KVL_" + key.upper()
+
+
 def _from_env(key: str, default: Any) -> Any:
-    """KVL_<KEY>'s value, typed after the default's type; KeyError when
-    unset."""
-    name = "KVL_" + key.upper()
-    text = os.environ[name]
-    if isinstance(default, bool):
-        raise ValueError(f"{name}: no environment form")  # none today
-    for typ in ((int,) if isinstance(default, int) else
-                (float,) if isinstance(default, float) else ()):
-        try:
-            return typ(text)
-        except ValueError:
-            raise ValueError(f"{name}={text!r}: expected a number") \
-                from None
-    return text
+    """KVL_<KEY>'s value (it is set), typed after the default's type."""
+    text = os.environ[_env_name(key)]
+    typ = int if isinstance(default, int) else \
+        float if isinstance(default, float) else str
+    try:
+        return typ(text)
+    except ValueError:
+        raise ValueError(f"{_env_name(key)}={text!r}: expected a number") \
+            from None
+
+
+def _check_keys(layer: Dict[str, Any], defaults: Dict[str, Any],
+                where: str, also: str = "") -> None:
+    """ValueError naming the keys of ``layer`` that are not settings."""
+    unknown = sorted(set(layer) - set(defaults))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown} (known: "
+                         f"{sorted(defaults)}{also})")
 
 
 def config(given: Optional[Dict[str, Any]], defaults: Dict[str, Any],
@@ -183,24 +202,13 @@ def config(given: Optional[Dict[str, Any]], defaults: Dict[str, Any],
             data.pop(other, None)
         if not isinstance(section, dict):
             raise ValueError(f"{path}: [{engine}] must be a table of keys")
-        for name, layer in ((f"{path}", data),
-                            (f"{path} [{engine}]", section)):
-            unknown = sorted(set(layer) - set(defaults))
-            if unknown:
-                raise ValueError(f"{what}: {name}: unknown keys {unknown} "
-                                 f"(known: {sorted(defaults)})")
+        _check_keys(data, defaults, f"{what}: {path}")
+        _check_keys(section, defaults, f"{what}: {path} [{engine}]")
         layers += [data, section]
-    env = {}
-    for key, default in defaults.items():
-        try:
-            env[key] = _from_env(key, default)
-        except KeyError:
-            pass
-    layers.append(env)
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        raise ValueError(f"{what}: unknown keys {unknown} (known: "
-                         f"{sorted(defaults)} and config_file)")
+    layers.append({key: _from_env(key, default)
+                   for key, default in defaults.items()
+                   if _env_name(key) in os.environ})
+    _check_keys(given, defaults, what, " and config_file")
     layers.append(given)
     cfg = dict(defaults)
     for layer in layers:

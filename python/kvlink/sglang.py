@@ -36,7 +36,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from . import _sglang_pools as pools
 from ._engine import EngineClass, StoreLink, Warnings, check_numbers, \
-    config, model_tag
+    config, model_tag, stream_event
 from .errors import KvlinkError
 from .layout import Layout, MemKind
 from .linker import NO_SLOT, GpuCopy, Linker
@@ -349,7 +349,7 @@ class _KvlinkLinker:
                 return -1
             lk = self._lk
             assert lk is not None  # loads are queued through a linker only
-            event = self._record_event()
+            event = stream_event(self._cuda)
             try:
                 batch = lk.start(event=event)
             except KvlinkError as e:
@@ -359,14 +359,6 @@ class _KvlinkLinker:
                                         list(self._queued.values())))
             self._queued.clear()
         return batch
-
-    def _record_event(self) -> Any:
-        if not self._cuda:
-            return None
-        import torch
-        ev = torch.cuda.Event()
-        ev.record()
-        return ev
 
     def _wait_layer(self, batch: int, layer: int) -> None:
         lk = self._lk
@@ -453,7 +445,7 @@ class _KvlinkLinker:
             return False
         with self._mu:
             oid = self._next_id()
-            event = self._record_event()
+            event = stream_event(self._cuda)
             try:
                 lk.offload(oid, b"".join(pages), slots, event=event)
             except KvlinkError as e:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
 
 from . import _vllm_layout as vl
 from ._engine import EngineClass, StoreLink, Warnings, check_numbers, \
-    config, model_tag
+    config, model_tag, stream_event
 from .errors import KvlinkError
 from .hashes import hash_pages, namespace_seed
 from .layout import MemKind, Shard
@@ -328,14 +328,6 @@ class _KvlinkConnector:
         self._ids += 1
         return self._ids
 
-    def _event(self) -> Any:
-        if not self._cuda:
-            return None
-        import torch
-        ev = torch.cuda.Event()
-        ev.record()
-        return ev
-
     def _fail_blocks(self, t: Transfer, valid: int = 0) -> None:
         self._invalid.update(t.block_ids[valid:])
         self.stats["failed_blocks"] += len(t.block_ids) - valid
@@ -363,7 +355,7 @@ class _KvlinkConnector:
                 continue
             self._loading[rid] = t
         if self._loading and lk is not None:
-            self._batch = lk.start(event=self._event())
+            self._batch = lk.start(event=stream_event(self._cuda))
             self.stats["loads"] += len(self._loading)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
@@ -402,7 +394,7 @@ class _KvlinkConnector:
                 self._sent.add(t.req_id)  # nothing to wait for
                 continue
             sid = self._next_id()
-            event = self._event()
+            event = stream_event(self._cuda)
             try:
                 lk.offload(sid, t.pages, t.block_ids, event=event)
             except KvlinkError as e:
