@@ -160,8 +160,8 @@ extern "C" int kvl__copier_launch(kvl__copier *c, size_t n)
 	unsigned i = c->next++ % KVL_COPIER_LISTS;
 	if (n == 0)
 		return 0;
-	kvl__gather_launch(c->lists[i], n, c->stream, KVL_WARP_BLOCKS,
-	                   KVL_BLOCK_BLOCKS);
+	kvl__gather_launch<false>(c->lists[i], n, c->stream, KVL_WARP_BLOCKS,
+	                          KVL_BLOCK_BLOCKS);
 	c->list_used[i] = 1;
 	return ok(cudaGetLastError()) &&
 	               ok(cudaEventRecord(c->list_done[i], c->stream))

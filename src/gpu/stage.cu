@@ -6,7 +6,8 @@
  * pinned host memory on the stager's own stream (cudaMemcpy2DAsync: the
  * DMA engines move the bytes, no SM is used), then hands it to the
  * copier: the copier's stream waits for those copies and runs one scatter
- * kernel from the half into the slots (HBM to HBM, short). Meanwhile the
+ * kernel from the half into the slots (HBM to HBM, short, with loads and
+ * stores that do not keep the half in L2: gather.cuh). Meanwhile the
  * other half fills. A half, and its scatter list in pinned memory, is
  * written again only once the scatter that read it has finished. The
  * scatter's slots are written on the copier's stream only, after the
@@ -17,7 +18,7 @@
 #include "gpu/gather.cuh"
 
 /* A scatter moves HBM to HBM: more blocks than a PCIe gather takes, so it
- * is over in a short time (a 32 MiB half in tens of microseconds). */
+ * is over in a short time (a 32 MiB half in about 50 microseconds). */
 #define KVL_SCATTER_WARP_BLOCKS 64
 #define KVL_SCATTER_BLOCK_BLOCKS 128
 
@@ -126,8 +127,8 @@ extern "C" int kvl__stager_scatter(kvl__stager *s, size_t n)
 	if (!kvl__cuda_ok(cudaEventRecord(s->copied[h], s->dma)) ||
 	    !kvl__cuda_ok(cudaStreamWaitEvent(cs, s->copied[h], 0)))
 		return -1;
-	kvl__gather_launch(s->lists[h], n, cs, KVL_SCATTER_WARP_BLOCKS,
-	                   KVL_SCATTER_BLOCK_BLOCKS);
+	kvl__gather_launch<true>(s->lists[h], n, cs, KVL_SCATTER_WARP_BLOCKS,
+	                         KVL_SCATTER_BLOCK_BLOCKS);
 	s->busy[h] = 1;
 	return kvl__cuda_ok(cudaGetLastError()) &&
 	               kvl__cuda_ok(cudaEventRecord(s->scattered[h], cs))
