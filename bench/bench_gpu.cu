@@ -49,14 +49,6 @@ static double now_s(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* CPU seconds of the process, all threads. */
-static double cpu_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 #define CK(x)                                                                 \
 	do {                                                                  \
 		cudaError_t e_ = (x);                                         \
@@ -117,7 +109,6 @@ typedef struct result {
 	int scattered;     /* into slots in no order (else consecutive) */
 	const char *copy;  /* "auto", "kernel" or "dma" */
 	double offload, load, restore_ms, first_layer_ms, load_ms, dma_share;
-	double cpu; /* the process's CPU seconds per second of the load */
 	unsigned long long bad;
 	/* runs of all pages only */
 	double gemm_ms, gemm_overlap_ms, spin_ms, spin_overlap_ms;
@@ -378,8 +369,7 @@ static void restores(bench *b, kvl_linker *lk, result *r)
 		if (kvl_linker_load(lk, 10 + rep, b->h, b->pages, dl) ||
 		    kvl_linker_start(lk, &batch))
 			die("load", kvl_linker_errmsg(lk));
-		double t_start = now_s(), c_start = cpu_s(), t_first = 0,
-		       t_layer[LAYERS];
+		double t_start = now_s(), t_first = 0, t_layer[LAYERS];
 		for (uint32_t layer = 0; layer < LAYERS; layer++) {
 			if (kvl_linker_wait(lk, batch, layer, 60000))
 				die("wait", kvl_linker_errmsg(lk));
@@ -387,7 +377,7 @@ static void restores(bench *b, kvl_linker *lk, result *r)
 			if (layer == 0)
 				t_first = now_s();
 		}
-		double t_end = now_s(), c_end = cpu_s();
+		double t_end = now_s();
 		if (getenv("BENCH_LAYERS") && rep == 5) {
 			printf("    layers done at (ms):");
 			for (uint32_t layer = 0; layer < LAYERS; layer++)
@@ -401,7 +391,6 @@ static void restores(bench *b, kvl_linker *lk, result *r)
 			r->first_layer_ms = (t_first - t_start) * 1e3;
 			r->load_ms = (t_end - t_start) * 1e3;
 			r->load = load;
-			r->cpu = (c_end - c_start) / (t_end - t_start);
 		}
 		expect_done(lk, b->pages, "load");
 	}
@@ -534,14 +523,14 @@ static void print(const bench *b, const result *r, int json)
 		       "\"load_gbps\":%.2f,"
 		       "\"load_vs_ceiling\":%.4f,\"dma_share\":%.3f,"
 		       "\"offload_gbps\":%.2f,\"restore_ms\":%.2f,"
-		       "\"first_layer_ms\":%.3f,\"cpu_per_load_s\":%.2f",
+		       "\"first_layer_ms\":%.3f",
 		       b->chunk, r->run == SIZE_MAX ? "all" : run,
 		       r->scattered ? "scattered" : "consecutive", r->copy,
 		       b->ceiling_h2d, b->ceiling_d2h,
 		       b->per_chunk, b->ceiling_2d, r->load,
 		       r->load / b->ceiling_h2d,
 		       r->dma_share, r->offload, r->restore_ms,
-		       r->first_layer_ms, r->cpu);
+		       r->first_layer_ms);
 		if (r->gemm_ms > 0)
 			printf(",\"gemm_ms\":%.2f,\"gemm_overlap_ms\":%.2f,"
 			       "\"gemm_overlap_vs_ideal\":%.4f,\"spin_ms\":%.2f,"
@@ -554,10 +543,10 @@ static void print(const bench *b, const result *r, int json)
 		return;
 	}
 	printf("  runs of %-4s %-6s: load %.1f GB/s (%.3f), %3.0f%% by DMA, "
-	       "restore %.1f ms, first layer %.2f ms, CPU %.2f s/s | "
-	       "offload %.1f GB/s (%.2f) | %s\n",
+	       "restore %.1f ms, first layer %.2f ms | offload %.1f GB/s "
+	       "(%.2f) | %s\n",
 	       run, r->copy, r->load, r->load / b->ceiling_h2d,
-	       100 * r->dma_share, r->restore_ms, r->first_layer_ms, r->cpu,
+	       100 * r->dma_share, r->restore_ms, r->first_layer_ms,
 	       r->offload, r->offload / b->ceiling_d2h,
 	       r->bad ? "BYTES WRONG" : "bytes verified");
 	if (r->gemm_ms > 0)
