@@ -161,7 +161,7 @@ extern "C" int kvl__copier_launch(kvl__copier *c, size_t n)
 	if (n == 0)
 		return 0;
 	kvl__gather_launch<false>(c->lists[i], n, c->stream, KVL_WARP_BLOCKS,
-	                          KVL_BLOCK_BLOCKS);
+	                          KVL_BLOCK_BLOCKS, 0);
 	c->list_used[i] = 1;
 	return ok(cudaGetLastError()) &&
 	               ok(cudaEventRecord(c->list_done[i], c->stream))

@@ -84,16 +84,26 @@ __device__ __forceinline__ void copy_chunk(const kvl__chunk &c, unsigned lane)
 		d[b] = s[b];
 }
 
-/* Teams of TEAM threads copy whole chunks: team t takes chunks t,
- * t + teams, …. */
+/* Teams of TEAM threads copy the chunks in slices of `slice` bytes, `per`
+ * slices to a chunk (enough for the longest): team t takes slices t,
+ * t + teams, … (with per 1 and no limit on slices: whole chunks). */
 template <unsigned TEAM, int UNROLL, bool STREAM>
-__global__ void kvl_gather(const kvl__chunk *chunks, size_t n)
+__global__ void kvl_gather(const kvl__chunk *chunks, size_t n,
+                           uint64_t slice, uint64_t per)
 {
 	const unsigned lane = threadIdx.x % TEAM;
 	const size_t teams = (size_t)gridDim.x * blockDim.x / TEAM;
 	for (size_t i = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / TEAM;
-	     i < n; i += teams)
-		copy_chunk<TEAM, UNROLL, STREAM>(chunks[i], lane);
+	     i < n * per; i += teams) {
+		kvl__chunk c = chunks[i / per];
+		uint64_t at = (i % per) * slice;
+		if (at >= c.len)
+			continue;
+		c.src = (const char *)c.src + at;
+		c.dst = (char *)c.dst + at;
+		c.len = c.len - at < slice ? c.len - at : slice;
+		copy_chunk<TEAM, UNROLL, STREAM>(c, lane);
+	}
 }
 
 /* Blocks for n chunks of `per_block` per block, at most `max`. */
@@ -105,25 +115,32 @@ static inline unsigned grid(size_t n, size_t per_block, unsigned max)
 
 /* Launches one gather of the n chunks of `list` (pinned or device
  * memory) on `stream`: a warp per chunk when they average up to
- * KVL_WARP_CHUNK, else a block per chunk; at most warp_blocks or
- * block_blocks blocks; STREAM: see load16. */
+ * KVL_WARP_CHUNK, else a block per chunk, or per slice of up to `slice`
+ * bytes of one (0: whole chunks); at most warp_blocks or block_blocks
+ * blocks; STREAM: see load16. */
 template <bool STREAM>
 static inline void kvl__gather_launch(const kvl__chunk *list, size_t n,
                                       cudaStream_t stream,
                                       unsigned warp_blocks,
-                                      unsigned block_blocks)
+                                      unsigned block_blocks, uint64_t slice)
 {
-	uint64_t bytes = 0;
-	for (size_t k = 0; k < n; k++)
+	uint64_t bytes = 0, longest = 0;
+	for (size_t k = 0; k < n; k++) {
 		bytes += list[k].len;
-	if (bytes <= (uint64_t)n * KVL_WARP_CHUNK)
+		if (list[k].len > longest)
+			longest = list[k].len;
+	}
+	if (bytes <= (uint64_t)n * KVL_WARP_CHUNK) {
 		kvl_gather<32, KVL_WARP_UNROLL, STREAM>
 			<<<grid(n, KVL_COPY_THREADS / 32, warp_blocks),
-			   KVL_COPY_THREADS, 0, stream>>>(list, n);
-	else
-		kvl_gather<KVL_COPY_THREADS, KVL_BLOCK_UNROLL, STREAM>
-			<<<grid(n, 1, block_blocks), KVL_COPY_THREADS, 0,
-			   stream>>>(list, n);
+			   KVL_COPY_THREADS, 0, stream>>>(list, n, UINT64_MAX,
+		                                          1);
+		return;
+	}
+	uint64_t per = slice ? (longest + slice - 1) / slice : 1;
+	kvl_gather<KVL_COPY_THREADS, KVL_BLOCK_UNROLL, STREAM>
+		<<<grid(n * per, 1, block_blocks), KVL_COPY_THREADS, 0,
+		   stream>>>(list, n, slice ? slice : UINT64_MAX, per);
 }
 
 #endif /* KVL_GATHER_CUH */

@@ -22,6 +22,13 @@
 #define KVL_SCATTER_WARP_BLOCKS 64
 #define KVL_SCATTER_BLOCK_BLOCKS 128
 
+/* Large chunks are scattered in slices of this many bytes, a block each:
+ * a half of sixteen 2 MiB chunks would otherwise be sixteen blocks, each
+ * copying 2 MiB alone, and under an engine's GEMMs (where blocks start
+ * only as the GEMM's finish) the half's scatter took long enough to hold
+ * up the copy engines. */
+#define KVL_SCATTER_SLICE (256u << 10)
+
 struct kvl__stager {
 	kvl__copier *c;
 	cudaStream_t dma;
@@ -128,7 +135,7 @@ extern "C" int kvl__stager_scatter(kvl__stager *s, size_t n)
 	    !kvl__cuda_ok(cudaStreamWaitEvent(cs, s->copied[h], 0)))
 		return -1;
 	kvl__gather_launch<true>(s->lists[h], n, cs, KVL_SCATTER_WARP_BLOCKS,
-	                         KVL_SCATTER_BLOCK_BLOCKS);
+	                         KVL_SCATTER_BLOCK_BLOCKS, KVL_SCATTER_SLICE);
 	s->busy[h] = 1;
 	return kvl__cuda_ok(cudaGetLastError()) &&
 	               kvl__cuda_ok(cudaEventRecord(s->scattered[h], cs))

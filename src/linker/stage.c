@@ -22,11 +22,13 @@
 
 /* gpu_copy AUTO: a run goes to the copy engines when each object's read
  * is at least this long and the run's reads are this many bytes in all.
- * Measured on an H200 (bench_gpu, runs of whole prefixes): reads of
- * 32 KiB load through the ring at 0.78-0.84 of the PCIe ceiling against
- * the kernel's 0.88, of 64 KiB at 0.91 against 0.905, of 128 KiB at 0.965
- * against 0.91; runs of 16 reads of 64 KiB (1 MiB a copy) at 0.75. */
-#define STAGE_MIN_SPAN (64u << 10)
+ * Measured on an H200 (bench_gpu, gpu_copy DMA against KERNEL): runs of
+ * whole prefixes with reads of 32 KiB load through the ring at 0.95 of
+ * the PCIe ceiling against the kernel's 0.90, of 64 KiB and more at
+ * 0.96-0.97 against 0.91-0.92; runs of 16 reads of 32 KiB (512 KiB a
+ * copy) at 0.74 against 0.89, of 64 KiB at 0.84 against 0.91, of 128 KiB
+ * (2 MiB) at 0.91 against 0.915, of 512 KiB at 0.96 against 0.915. */
+#define STAGE_MIN_SPAN (32u << 10)
 #define STAGE_MIN_RUN (4u << 20)
 
 int kvl__lk_stage_open(kvl_linker *lk, char *errbuf, size_t errlen)
