@@ -37,7 +37,7 @@ struct run {
 	char policy[16];
 	long long capacity_blocks; /* -1: null (unlimited) */
 	unsigned long long hit_tokens, input_tokens, hit_blocks, blocks;
-	unsigned long long evictions, requests, bad_lines;
+	unsigned long long evictions, requests, bad_lines, stored_blocks;
 	double token_hit_ratio;
 };
 
@@ -72,6 +72,7 @@ static void parse_run(const char *line, struct run *r)
 	r->hit_blocks = json_u64(line, "hit_blocks");
 	r->blocks = json_u64(line, "blocks");
 	r->evictions = json_u64(line, "evictions");
+	r->stored_blocks = json_u64(line, "stored_blocks");
 	r->requests = json_u64(line, "requests");
 	r->bad_lines = json_u64(line, "bad_lines");
 	const char *q = strstr(line, "\"token_hit_ratio\":");
@@ -131,7 +132,8 @@ static void write_trace(char *path, const char *text)
 
 /* ---------------------------------------------------- hand-made traces */
 
-/* Exact LRU, capacity 3 (old → new after each request):
+/* Exact LRU, capacity 3, every block looked up and stored
+ * (--partial-blocks; old → new after each request):
  *   1. [1,2,3] 1536: hit 0; store 1,2,3            1 2 3
  *   2. [1,2,3] 1500: hit 3 = min(1536, 1500) tokens 1 2 3
  *   3. [4]      100: hit 0; 4 evicts 1             2 3 4
@@ -154,7 +156,7 @@ static void test_lru_touch_order(void **state)
 	char path[64];
 	struct run r[1];
 	write_trace(path, t_lru);
-	replay(path, "--policy lru --capacity-blocks 3", r, 1);
+	replay(path, "--partial-blocks --policy lru --capacity-blocks 3", r, 1);
 	unlink(path);
 	ASSERT_U64(r[0].requests, 6);
 	ASSERT_U64(r[0].input_tokens, 5660);
@@ -165,30 +167,47 @@ static void test_lru_touch_order(void **state)
 	assert_string_equal(r[0].policy, "lru");
 }
 
-/* Partial last blocks and empty requests, unlimited capacity:
- *   [7,8] 700: hit 0;  [] 0: nothing;  [7,8] 700: hit 2 blocks, but only
- *   min(2 x 512, 700) = 700 tokens;  [7] 3: hit 1 block, 3 tokens.
- * Token hits 703 of 1403; blocks 3 of 5. */
+/* Partly filled last blocks and empty requests, unlimited capacity:
+ *   [7,8] 700;  [] 0;  [7,8] 700;  [7] 3.
+ * By default a request's blocks are its whole ones (input_length / 512):
+ *   [7]: hit 0, store 7;  nothing;  [7]: hit 1 block, 512 tokens;  none
+ *   (3 tokens fill no block). Token hits 512 of 1403; blocks 1 of 2;
+ *   1 stored.
+ * With --partial-blocks every hash_id counts:
+ *   hit 0, store 7 and 8;  nothing;  hit 2 blocks, but only
+ *   min(2 x 512, 700) = 700 tokens;  hit 1 block, 3 tokens.
+ *   Token hits 703 of 1403; blocks 3 of 5; 2 stored. */
 static const char t_partial[] =
 	REQ(700, "[7, 8]") REQ(0, "[]") REQ(700, "[7, 8]") REQ(3, "[7]");
 
 static void test_partial_blocks(void **state)
 {
 	(void)state;
+	static const struct {
+		const char *args;
+		unsigned long long hit_tokens, blocks, hit_blocks, stored;
+	} want[] = {
+		{"--sweep unlimited --policy lru,slru", 512, 2, 1, 1},
+		{"--partial-blocks --sweep unlimited --policy lru,slru", 703, 5,
+		 3, 2},
+	};
 	char path[64];
-	struct run r[2];
 	write_trace(path, t_partial);
-	size_t n = replay(path, "--sweep unlimited --policy lru,slru", r, 2);
-	unlink(path);
-	ASSERT_U64(n, 2);
-	for (size_t i = 0; i < n; i++) {
-		ASSERT_U64(r[i].capacity_blocks, -1);
-		ASSERT_U64(r[i].input_tokens, 1403);
-		ASSERT_U64(r[i].hit_tokens, 703);
-		ASSERT_U64(r[i].blocks, 5);
-		ASSERT_U64(r[i].hit_blocks, 3);
-		ASSERT_U64(r[i].evictions, 0);
+	for (size_t w = 0; w < 2; w++) {
+		struct run r[2];
+		size_t n = replay(path, want[w].args, r, 2);
+		ASSERT_U64(n, 2);
+		for (size_t i = 0; i < n; i++) {
+			ASSERT_U64(r[i].capacity_blocks, -1);
+			ASSERT_U64(r[i].input_tokens, 1403);
+			ASSERT_U64(r[i].hit_tokens, want[w].hit_tokens);
+			ASSERT_U64(r[i].blocks, want[w].blocks);
+			ASSERT_U64(r[i].hit_blocks, want[w].hit_blocks);
+			ASSERT_U64(r[i].stored_blocks, want[w].stored);
+			ASSERT_U64(r[i].evictions, 0);
+		}
 	}
+	unlink(path);
 }
 
 /* A prefix read twice survives a scan under slru, not under lru.
@@ -291,7 +310,8 @@ static void test_synthetic_trace(void **state)
 	};
 	struct run r[8];
 	size_t n = replay(trace_path(),
-	                  "--sweep 1000,6000,20000,unlimited --policy lru,slru",
+	                  "--partial-blocks --sweep 1000,6000,20000,unlimited "
+	                  "--policy lru,slru",
 	                  r, 8);
 	ASSERT_U64(n, 8);
 	for (size_t i = 0; i < 4; i++) {
@@ -328,6 +348,34 @@ static void test_synthetic_trace(void **state)
 		         gain);
 }
 
+/* By default only whole blocks count: 3,989 of the trace's 3,993
+ * requests end in a partly filled block, leaving 117,888 of its 121,877
+ * hash_ids. The exact-LRU token counts are those of an independent
+ * simulator of the same accesses (bench/policy_sim.py). */
+static void test_synthetic_trace_whole_blocks(void **state)
+{
+	(void)state;
+	static const struct {
+		long long cap;
+		unsigned long long lru_hits;
+	} ref[] = {{1000, 5227520}, {6000, 19796992}};
+	struct run r[4];
+	size_t n = replay(trace_path(), "--sweep 1000,6000 --policy lru,slru",
+	                  r, 4);
+	ASSERT_U64(n, 4);
+	for (size_t i = 0; i < 2; i++) {
+		const struct run *lru = &r[2 * i], *slru = &r[2 * i + 1];
+		assert_string_equal(lru->policy, "lru");
+		ASSERT_U64(lru->capacity_blocks, ref[i].cap);
+		ASSERT_U64(lru->blocks, 117888);
+		ASSERT_U64(slru->blocks, 117888);
+		ASSERT_U64(lru->input_tokens, 61194628);
+		ASSERT_U64(lru->hit_tokens, ref[i].lru_hits);
+		if (slru->hit_tokens < lru->hit_tokens)
+			fail_msg("slru below lru at %lld blocks", ref[i].cap);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest hand[] = {
@@ -349,6 +397,7 @@ int main(void)
 	}
 	const struct CMUnitTest trace[] = {
 		cmocka_unit_test(test_synthetic_trace),
+		cmocka_unit_test(test_synthetic_trace_whole_blocks),
 	};
 	return cmocka_run_group_tests_name("replay-trace", trace, NULL, NULL)
 	               ? 1

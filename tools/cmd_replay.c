@@ -38,6 +38,10 @@ static void replay_usage(FILE *f)
 	        "  --block-bytes N      bytes of each stored block (64; a "
 	        "multiple of 8)\n"
 	        "  --block-tokens N     tokens per hash_id block (512)\n"
+	        "  --partial-blocks     look up and store a request's last, "
+	        "partly filled\n"
+	        "                       block too (engines store whole "
+	        "blocks only)\n"
 	        "  --json               one JSON object per replay\n"
 	        "  --skip-bad           count and skip malformed lines "
 	        "instead of stopping\n"
@@ -82,6 +86,7 @@ int kvl_cmd_replay(int argc, char **argv)
 	char *policy_arg = NULL, *sweep_arg = NULL;
 
 	enum { O_JSON = 256, O_SKIP_BAD, O_PROGRESS, O_NO_PROGRESS,
+	       O_PARTIAL,
 	       O_CAP_BLOCKS, O_CAPACITY, O_BLOCK_BYTES, O_BLOCK_TOKENS, O_POLICY, O_SWEEP,
 	       O_PLOT };
 	static const struct option opts[] = {
@@ -90,6 +95,7 @@ int kvl_cmd_replay(int argc, char **argv)
 		{"skip-bad", no_argument, NULL, O_SKIP_BAD},
 		{"progress", no_argument, NULL, O_PROGRESS},
 		{"no-progress", no_argument, NULL, O_NO_PROGRESS},
+		{"partial-blocks", no_argument, NULL, O_PARTIAL},
 		{"capacity-blocks", required_argument, NULL, O_CAP_BLOCKS},
 		{"capacity", required_argument, NULL, O_CAPACITY},
 		{"block-bytes", required_argument, NULL, O_BLOCK_BYTES},
@@ -116,6 +122,9 @@ int kvl_cmd_replay(int argc, char **argv)
 			break;
 		case O_NO_PROGRESS:
 			o.progress = 0;
+			break;
+		case O_PARTIAL:
+			o.partial_blocks = 1;
 			break;
 		case O_CAP_BLOCKS:
 			if (kvl_cli_parse_u64(v, &o.capacity_blocks) ||

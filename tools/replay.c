@@ -122,7 +122,10 @@ int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
 	for (size_t i = 0; i < t->n_reqs; i++) {
 		const rp_req *r = &t->reqs[i];
 		const uint64_t *ids = t->ids + r->first;
-		for (size_t j = 0; j < r->n; j++) {
+		size_t n = r->n;
+		if (!o->partial_blocks && r->input_len / o->block_tokens < n)
+			n = (size_t)(r->input_len / o->block_tokens);
+		for (size_t j = 0; j < n; j++) {
 			for (int k = 0; k < 8; k++) /* little-endian */
 				e->hashes[j].bytes[k] = (uint8_t)(ids[j] >> (8 * k));
 			/* The payload starts with the id: each block's bytes
@@ -134,23 +137,22 @@ int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
 		/* A request without blocks has nothing to look up (and a
 		 * lookup of 0 pages as a linker's first one would memset
 		 * NULL). */
-		if (r->n &&
-		    kvl_linker_lookup(lk, e->hashes, r->n, NULL, &hit)) {
+		if (n && kvl_linker_lookup(lk, e->hashes, n, NULL, &hit)) {
 			fprintf(stderr, "kvlink replay: request %zu: lookup: "
 			                "%s\n",
 			        i + 1, kvl_linker_errmsg(lk));
 			goto out;
 		}
 		res->hit_blocks += hit;
-		res->blocks += r->n;
+		res->blocks += n;
 		uint64_t ht = (uint64_t)hit * o->block_tokens;
 		res->hit_tokens += ht < r->input_len ? ht : r->input_len;
-		if (r->n) {
+		if (n) {
 			const size_t *sl[1] = {e->slots};
 			kvl_completion c;
 			size_t got = 0;
-			int orc = kvl_linker_offload(lk, i, e->hashes, r->n,
-			                             sl, NULL);
+			int orc = kvl_linker_offload(lk, i, e->hashes, n, sl,
+			                             NULL);
 			if (orc == 0)
 				orc = kvl_linker_flush(lk, 60000);
 			if (orc == 0)

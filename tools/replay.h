@@ -6,7 +6,9 @@
  *
  * What a replay does, per request in file order: hash_id i becomes the page
  * hash whose first 8 bytes are i (little-endian) and whose other bytes are
- * 0; kvl_linker_lookup over the request's blocks gives the longest present
+ * 0; a request's blocks are its whole ones (input_length / block_tokens of
+ * them, as engines store whole pages only), or every hash_id with
+ * --partial-blocks; kvl_linker_lookup over them gives the longest present
  * prefix (the hit blocks); then kvl_linker_offload of every block of the
  * request (the offloader skips present ones, touching them) and
  * kvl_linker_flush, so the next lookup sees them. Blocks are objects of
@@ -45,6 +47,7 @@ typedef struct rp_opts {
 	size_t n_sweep;
 	const char *plot;
 	int json, skip_bad, progress;
+	int partial_blocks; /* look up and store a partly filled last block */
 } rp_opts;
 
 typedef struct rp_result {

@@ -40,14 +40,15 @@ void rp_print_json(const rp_opts *o, const rp_trace *t,
 	else
 		printf("null");
 	printf(",\"block_bytes\":%llu,\"block_tokens\":%llu,"
-	       "\"requests\":%zu,\"bad_lines\":%llu,\"blocks\":%llu,"
+	       "\"partial_blocks\":%s,\"requests\":%zu,\"bad_lines\":%llu,\"blocks\":%llu,"
 	       "\"hit_blocks\":%llu,\"input_tokens\":%llu,"
 	       "\"hit_tokens\":%llu,\"token_hit_ratio\":%.6f,"
 	       "\"block_hit_ratio\":%.6f,\"stored_blocks\":%llu,"
 	       "\"evictions\":%llu,\"wall_s\":%.3f,"
 	       "\"requests_per_s\":%.1f}\n",
 	       (unsigned long long)o->block_bytes,
-	       (unsigned long long)o->block_tokens, t->n_reqs,
+	       (unsigned long long)o->block_tokens,
+	       o->partial_blocks ? "true" : "false", t->n_reqs,
 	       (unsigned long long)t->bad_lines,
 	       (unsigned long long)r->blocks,
 	       (unsigned long long)r->hit_blocks,
