@@ -57,24 +57,6 @@ static void gather_view(kvl_linker *lk, lk_gather *gt, const kvl__pool *p,
 	kvl__lk_stage_read(lk, gt, p, &rd, it, it->view.data + rd.offset);
 }
 
-/* Asks for the headers of the n held objects before they are checked: the
- * checks then read them from cache instead of waiting on one object's
- * memory at a time (objects lie megabytes apart in store memory). On an
- * H200 node the checks of a 4 GiB prefix's 2048 headers took 2 ms of its
- * first layer without this, most of the load's lead over the PCIe
- * floor. */
-static void prefetch_headers(kvl_linker *lk, const lk_io *io,
-                             const kvl__view *v)
-{
-	for (size_t k = 0; k < io->m; k++) {
-		if (io->res[k] <= 0)
-			continue;
-		size_t len = kvl__lk_pool(lk, io->items[k]->pool)->header_size;
-		for (size_t at = 0; at < len; at += 64)
-			__builtin_prefetch(v[k].data + at);
-	}
-}
-
 /* Holds the io's gathered items (at their first layer of this batch),
  * checks them, gathers the good ones and launches their copies. Returns
  * the first failure. */
@@ -86,8 +68,6 @@ static int hold_gathered(kvl_linker *lk, uint32_t layer, lk_gather *gt)
 		return 0;
 	int rc = kvl__store_peek(lk->store, io->keyp, io->m, g->pin_views,
 	                         io->res);
-	if (!rc)
-		prefetch_headers(lk, io, g->pin_views);
 	int first = rc;
 	size_t n_bad = 0; /* held but unusable: let go below */
 	for (size_t k = 0; k < io->m; k++) {
