@@ -184,7 +184,7 @@ typedef struct kvl_linker_opts {
  * after another (one offload) at a constant pitch in its pinned memory, so
  * a layer of such a run is one 2D copy. */
 typedef enum kvl_gpu_copy {
-	/* The copy engines for runs whose layer reads are 64 KiB or more per
+	/* The copy engines for runs whose layer reads are 32 KiB or more per
 	 * object and 4 MiB or more in all, where they load as fast as the
 	 * kernel and leave the SMs to the engine's compute; the kernel for
 	 * the rest, where it is faster. */
