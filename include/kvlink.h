@@ -677,12 +677,15 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
 /* A store holds objects under string keys: immutable once stored, never
  * visible half-written, and possibly evicted at any time (a cache). Opened by
  * URI:
- *   mem:[?capacity=SIZE][&max_objects=N][&policy=slru|lru][&verify=0|1]
+ *   mem:[?capacity=SIZE][&max_objects=N][&policy=adaptive|slru|lru]
+ *       [&verify=0|1]
  *       [&pinned=0|1][&prealloc=0|1]     embedded, in this process (default)
  *       capacity: bytes (suffixes K, M, G, T, KiB, MiB, GiB, TiB; default 8GiB).
  *       max_objects: at most N objects, exactly (default: no limit).
- *       policy: eviction: slru (default; segmented LRU with a ghost list,
- *       for prefix caches) or lru (exact LRU).
+ *       policy: eviction: adaptive (default; segmented LRU whose
+ *       protected share follows the workload, pages in prefix order),
+ *       slru (segmented LRU with a ghost list, 90 % protected) or lru
+ *       (exact LRU).
  *       verify: check payload checksums on every read (default 0: the
  *       embedded store's own memory is trusted; headers are always checked;
  *       objects written to a trusted store carry no payload checksums).
@@ -792,8 +795,9 @@ KVL_API int kvl_store_open(const char *uri, kvl_store **out, char *errbuf,
  * Thread-safe; allocates nothing. */
 KVL_API int kvl_uri_redact(const char *uri, char *out, size_t len);
 
-/* The name of the embedded store's eviction policy number i ("slru", the
- * default, is 0; "lru" is 1), or NULL past the last: what mem:'s policy=
+/* The name of the embedded store's eviction policy number i ("adaptive",
+ * the default, is 0; "slru" 1; "lru" 2), or NULL past the last: what
+ * mem:'s policy=
  * option takes, for tools that list or sweep them. Static strings.
  * Thread-safe. */
 KVL_API const char *kvl_mem_policy_name(size_t i);

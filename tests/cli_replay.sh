@@ -260,7 +260,7 @@ expect_usage block_bytes '--block-bytes needs a multiple of 8'
 run help --help
 CHECKS=$((CHECKS + 1))
 if [ "$RC" -ne 0 ] || ! grep -q 'usage: kvlink replay' "$TMP/help.out" ||
-	! grep -q 'slru (default), lru' "$TMP/help.out"; then
+	! grep -q 'adaptive (default), slru, lru' "$TMP/help.out"; then
 	fail "help: exit status $RC, stdout: $(head -c 300 "$TMP/help.out")"
 fi
 
@@ -283,7 +283,7 @@ contains text "$TMP/text.out" '  capacity       unlimited'
 "$KVL" replay --json - <"$TMP/small.jsonl" >"$TMP/stdin.out" 2>"$TMP/stdin.err"
 RC=$?
 expect_ok stdin
-contains stdin "$TMP/stdin.out" '"trace":"-","policy":"slru","capacity_blocks":null'
+contains stdin "$TMP/stdin.out" '"trace":"-","policy":"adaptive","capacity_blocks":null'
 contains stdin "$TMP/stdin.out" '"hit_tokens":1536,'
 contains stdin "$TMP/stdin.out" '"token_hit_ratio":0.428571,'
 
@@ -316,13 +316,13 @@ if command -v python3 >/dev/null; then
 import sys, xml.dom.minidom
 d = xml.dom.minidom.parse(sys.argv[1])
 texts = [t.firstChild.data for t in d.getElementsByTagName("text") if t.firstChild]
-need = ["token hit ratio (%)", "unlimited", "slru (default)", "lru",
+need = ["token hit ratio (%)", "unlimited", "adaptive (default)", "slru", "lru",
         "eviction policy"]
 miss = [n for n in need if n not in texts]
 assert not miss, "missing texts: %r" % miss
 assert any(t.startswith("Token hit ratio vs. store capacity") for t in texts)
 assert any(t.startswith("store capacity (blocks of 512 tokens") for t in texts)
-assert len(d.getElementsByTagName("polyline")) == 2
+assert len(d.getElementsByTagName("polyline")) == 3
 ' "$TMP/plot.svg" || fail "plot: the SVG lacks parts (see above)"
 else
 	grep -q '</svg>' "$TMP/plot.svg" || fail "plot: no </svg>"
@@ -357,7 +357,7 @@ draws = [d for d in draws if d.strip()]
 assert draws and all(len(d) < cols for d in draws), draws
 if cols == 100:
     assert "1/1 requests" in draws[-1] and "ETA" in draws[-1], draws[-1]
-    assert "(slru, 1 blocks)" in draws[-1], draws[-1]
+    assert "(adaptive, 1 blocks)" in draws[-1], draws[-1]
 ' "$TMP/bar$cols.err" $cols || fail "--progress, $cols columns: $(cat "$TMP/bar$cols.err")"
 done
 

@@ -21,6 +21,7 @@
 #include "support/stores.h"
 
 #include "store/evict.h"
+#include "store/shadow.h"
 #include "kvlink.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -68,9 +69,11 @@ static void test_options(void **state)
 	open_fails("mem:?max_objects=0", KVL_EPARSE, "max_objects=0");
 	open_fails("mem:?max_objects=many", KVL_EPARSE, "max_objects=many");
 	open_fails("mem:?max_objects=-1", KVL_EPARSE, "max_objects=-1");
-	assert_string_equal(kvl_mem_policy_name(0), "slru");
-	assert_string_equal(kvl_mem_policy_name(1), "lru");
-	assert_null(kvl_mem_policy_name(2));
+	kvl_store_close(open_ok("mem:?policy=adaptive&capacity=1MiB"));
+	assert_string_equal(kvl_mem_policy_name(0), "adaptive");
+	assert_string_equal(kvl_mem_policy_name(1), "slru");
+	assert_string_equal(kvl_mem_policy_name(2), "lru");
+	assert_null(kvl_mem_policy_name(3));
 }
 
 /* ------------------------------------------------------------------ lru */
@@ -101,7 +104,7 @@ static void test_lru_max_objects(void **state)
 static void test_slru_promotion(void **state)
 {
 	(void)state;
-	kvl_store *s = open_ok("mem:?max_objects=4"); /* slru: the default */
+	kvl_store *s = open_ok("mem:?policy=slru&max_objects=4");
 	put_obj(s, "a");
 	put_obj(s, "b");
 	put_obj(s, "c");
@@ -122,7 +125,7 @@ static void test_slru_promotion(void **state)
 static void test_slru_demotion_count(void **state)
 {
 	(void)state;
-	kvl_store *s = open_ok("mem:?max_objects=10");
+	kvl_store *s = open_ok("mem:?policy=slru&max_objects=10");
 	const char *keys = "abcdefghij";
 	for (const char *k = keys; *k; k++) {
 		char key[2] = {*k, 0};
@@ -146,7 +149,7 @@ static void test_slru_demotion_count(void **state)
 static void test_slru_demotion_bytes(void **state)
 {
 	(void)state;
-	kvl_store *s = open_ok("mem:?capacity=1650");
+	kvl_store *s = open_ok("mem:?policy=slru&capacity=1650");
 	const char *keys = "abcdefghij";
 	for (const char *k = keys; *k; k++) {
 		char key[2] = {*k, 0};
@@ -168,7 +171,7 @@ static void test_slru_demotion_bytes(void **state)
 static void test_slru_ghost(void **state)
 {
 	(void)state;
-	kvl_store *s = open_ok("mem:?max_objects=3");
+	kvl_store *s = open_ok("mem:?policy=slru&max_objects=3");
 	put_obj(s, "a");
 	put_obj(s, "b");
 	put_obj(s, "c");
@@ -186,7 +189,7 @@ static void test_slru_ghost(void **state)
 static void test_slru_remove_forgets(void **state)
 {
 	(void)state;
-	kvl_store *s = open_ok("mem:?max_objects=3");
+	kvl_store *s = open_ok("mem:?policy=slru&max_objects=3");
 	put_obj(s, "a");
 	put_obj(s, "b");
 	put_obj(s, "c");
@@ -207,7 +210,7 @@ static void test_slru_remove_forgets(void **state)
 static void test_slru_protected_victim(void **state)
 {
 	(void)state;
-	kvl_store *s = open_ok("mem:?max_objects=2");
+	kvl_store *s = open_ok("mem:?policy=slru&max_objects=2");
 	put_obj(s, "a");
 	put_obj(s, "b");
 	/* Share of 2 is 2: both fit on protected; b is the most recent. */
@@ -277,7 +280,7 @@ static void test_slru_threads(void **state)
 {
 	(void)state;
 	/* 100 objects by count, 59 by bytes (168 each). */
-	kvl_store *s = open_ok("mem:?max_objects=100&capacity=10000");
+	kvl_store *s = open_ok("mem:?policy=slru&max_objects=100&capacity=10000");
 	struct churn c[4];
 	pthread_t th[4];
 	for (int i = 0; i < 4; i++) {
@@ -301,6 +304,146 @@ static void test_slru_threads(void **state)
 	}
 	ASSERT_EQ(present, st.objects);
 	kvl_store_close(s);
+}
+
+/* ------------------------------------------------------------- adaptive */
+
+/* Puts the one-letter keys of `keys` in one call. */
+static void put_batch(kvl_store *s, const char *keys)
+{
+	const char *k[8];
+	char names[8][2];
+	kvl_iov pieces[8];
+	size_t counts[8];
+	int res[8];
+	size_t n = strlen(keys);
+	for (size_t i = 0; i < n; i++) {
+		names[i][0] = keys[i];
+		names[i][1] = 0;
+		k[i] = names[i];
+		pieces[i] = (kvl_iov){.addr = payload, .len = sizeof payload};
+		counts[i] = 1;
+	}
+	ASSERT_EQ(kvl_store_put(s, k, n, pieces, counts, res), 0);
+	for (size_t i = 0; i < n; i++)
+		ASSERT_EQ(res[i], KVL_PUT_STORED);
+}
+
+/* adaptive keeps a put's pages in prefix order: the batch's first key is
+ * its most recent, so a full store evicts a chain from its end (slru, in
+ * store order, from its start: every later page is then useless). */
+static void test_adaptive_prefix_order(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("mem:?policy=adaptive&max_objects=3");
+	put_batch(s, "abc");
+	put_obj(s, "d"); /* evicts c */
+	expect_present(s, "abcd", "abd");
+	kvl_store_close(s);
+	s = open_ok("mem:?policy=slru&max_objects=3");
+	put_batch(s, "abc");
+	put_obj(s, "d"); /* evicts a */
+	expect_present(s, "abcd", "bcd");
+	kvl_store_close(s);
+}
+
+/* A shadow against the same lists with a plain, linear-search index: the
+ * same hits and misses step by step, over a stream with repeats, hints
+ * to link behind, removals and hashes that share their low bits. */
+#define REF_CAP 16
+struct ref_model {
+	kvl__evict ev;
+	kvl__evict_node nodes[REF_CAP];
+	int used[REF_CAP];
+	size_t count;
+};
+
+static uint64_t one_cost(const kvl__evict_node *n)
+{
+	(void)n;
+	return 1;
+}
+
+static kvl__evict_node *ref_find(struct ref_model *r, uint64_t h)
+{
+	for (size_t i = 0; i < REF_CAP; i++)
+		if (r->used[i] && r->nodes[i].hash == h)
+			return &r->nodes[i];
+	return NULL;
+}
+
+static int ref_access(struct ref_model *r, uint64_t h, const uint64_t *behind)
+{
+	kvl__evict_node *n = ref_find(r, h);
+	if (n) {
+		kvl__evict_touch(&r->ev, n);
+		return 0;
+	}
+	if (r->count == REF_CAP) {
+		kvl__evict_node *v = kvl__evict_victim(&r->ev);
+		kvl__evict_unlink(&r->ev, v, 1, r->count--);
+		r->used[v - r->nodes] = 0;
+	}
+	size_t i = 0;
+	while (r->used[i])
+		i++;
+	r->nodes[i] = (kvl__evict_node){.hash = h};
+	r->used[i] = 1;
+	kvl__evict_link(&r->ev, &r->nodes[i], behind ? ref_find(r, *behind)
+	                                             : NULL);
+	r->count++;
+	return 1;
+}
+
+static void test_shadow_model(void **state)
+{
+	(void)state;
+	static const uint8_t cfg[][2] = {{0, 0}, {5, 3}, {9, 3}};
+	for (size_t c = 0; c < 3; c++) {
+		kvl__shadow sh;
+		ASSERT_EQ(kvl__shadow_init(&sh, REF_CAP, cfg[c][0], cfg[c][1]),
+		          0);
+		struct ref_model *r = calloc(1, sizeof *r);
+		assert_non_null(r);
+		kvl__evict_init_model(&r->ev, REF_CAP, cfg[c][0], cfg[c][1],
+		                      one_cost);
+		uint64_t x = 12345, prev = 0, misses = 0;
+		for (int step = 0; step < 20000; step++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			/* 48 keys; k << 40 gives them equal low bits. */
+			uint64_t k = (x >> 33) % 48 + 1;
+			uint64_t h = (x >> 60) & 1 ? k << 40 : k;
+			if ((x >> 20) % 16 == 0) {
+				kvl__shadow_remove(&sh, h);
+				kvl__evict_node *n = ref_find(r, h);
+				if (n) {
+					kvl__evict_unlink(&r->ev, n, 0,
+					                  r->count--);
+					r->used[n - r->nodes] = 0;
+				}
+				continue;
+			}
+			const uint64_t *behind = (x >> 24) & 1 ? &prev : NULL;
+			int want = ref_access(r, h, behind);
+			int got = kvl__shadow_access(&sh, h, behind);
+			if (got != want)
+				fail_msg("config %zu, step %d, hash %llx: shadow "
+				         "%s, model %s",
+				         c, step, (unsigned long long)h,
+				         got ? "missed" : "hit",
+				         want ? "missed" : "hit");
+			ASSERT_EQ(sh.count, r->count);
+			misses += (uint64_t)got;
+			prev = h;
+		}
+		/* Neither all hits nor all misses: the stream exercised both. */
+		if (misses < 1000 || misses > 19000)
+			fail_msg("config %zu: %llu misses of 20000", c,
+			         (unsigned long long)misses);
+		kvl__evict_free(&r->ev);
+		free(r);
+		kvl__shadow_free(&sh);
+	}
 }
 
 /* ---------------------------------------------------------------- ghost */
@@ -405,6 +548,8 @@ int main(void)
 		cmocka_unit_test(test_slru_remove_forgets),
 		cmocka_unit_test(test_slru_protected_victim),
 		cmocka_unit_test(test_slru_threads),
+		cmocka_unit_test(test_adaptive_prefix_order),
+		cmocka_unit_test(test_shadow_model),
 		cmocka_unit_test(test_ghost_basic),
 		cmocka_unit_test(test_ghost_model),
 	};

@@ -269,7 +269,7 @@ static void test_ghost(void **state)
 	ASSERT_U64(r[1].evictions, 5);
 }
 
-/* The default policy is slru, and --skip-bad counts what it skips. */
+/* The default policy is adaptive, and --skip-bad counts what it skips. */
 static void test_default_and_skip(void **state)
 {
 	(void)state;
@@ -279,7 +279,7 @@ static void test_default_and_skip(void **state)
 	                  REQ(512, "[1]") "not json\n");
 	replay(path, "--skip-bad 2>/dev/null", r, 1);
 	unlink(path);
-	assert_string_equal(r[0].policy, "slru");
+	assert_string_equal(r[0].policy, "adaptive");
 	ASSERT_U64(r[0].requests, 2);
 	ASSERT_U64(r[0].bad_lines, 2);
 	ASSERT_U64(r[0].hit_tokens, 512);

@@ -130,7 +130,7 @@ def redact_uri(uri: str) -> str:
 
 def mem_policy_names() -> Tuple[str, ...]:
     """The eviction policies of the embedded store, default first
-    (``("slru", "lru")``): what ``mem:``'s ``policy=`` option takes."""
+    (``("adaptive", "slru", "lru")``): what ``mem:``'s ``policy=`` option takes."""
     names: List[str] = []
     while True:
         name = lib.kvl_mem_policy_name(len(names))

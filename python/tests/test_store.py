@@ -168,7 +168,7 @@ def test_parse_size_and_policies():
     with pytest.raises(TypeError, match="string"):
         kvl.parse_size(8 << 30)
     names = kvl.mem_policy_names()
-    assert names[:2] == ("slru", "lru")  # the default first
+    assert names[:3] == ("adaptive", "slru", "lru")  # the default first
     for name in names:  # every name is one mem: takes
         with kvl.Store(f"mem:?capacity=1MiB&policy={name}") as s:
             assert s.put("k", b"v")

@@ -17,11 +17,13 @@
  * count = live slots <= tail - head; the table is at most half full.
  * Not thread-safe (the caller's lock guards it).
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kvlink.h"
 #include "store/evict.h"
+#include "store/shadow.h"
 
 #define GHOST_MIN 64 /* first ring and table sizes, powers of two */
 
@@ -170,11 +172,14 @@ void kvl__ghost_free(kvl__ghost *g)
  * object goes next. */
 struct kvl__evict_policy {
 	const char *name;
-	void (*link)(kvl__evict *ev, kvl__evict_node *n);  /* stored */
+	/* stored; behind: see kvl__evict_link */
+	void (*link)(kvl__evict *ev, kvl__evict_node *n,
+	             kvl__evict_node *behind);
 	void (*touch)(kvl__evict *ev, kvl__evict_node *n); /* a hit */
 	void (*unlink)(kvl__evict *ev, kvl__evict_node *n, int evicted,
 	               uint64_t held);
 	kvl__evict_node *(*victim)(const kvl__evict *ev);  /* next to go */
+	int prefix; /* batches in prefix order: kvl__evict_prefix */
 };
 
 static void list_remove(kvl__evict *ev, kvl__evict_node *n)
@@ -201,9 +206,25 @@ static void list_push(kvl__evict *ev, kvl__evict_node *n, uint8_t seg)
 	ev->list[seg].head = n;
 }
 
-/* lru: one list. */
-static void lru_link(kvl__evict *ev, kvl__evict_node *n)
+/* Links n on at's list just behind it (older). */
+static void list_behind(kvl__evict *ev, kvl__evict_node *n,
+                        kvl__evict_node *at)
 {
+	n->seg = at->seg;
+	n->newer = at;
+	n->older = at->older;
+	if (at->older)
+		at->older->newer = n;
+	else
+		ev->list[at->seg].tail = n;
+	at->older = n;
+}
+
+/* lru: one list. */
+static void lru_link(kvl__evict *ev, kvl__evict_node *n,
+                     kvl__evict_node *behind)
+{
+	(void)behind;
 	list_push(ev, n, 0);
 }
 
@@ -231,42 +252,78 @@ static kvl__evict_node *lru_victim(const kvl__evict *ev)
 /* slru: list 0 is probation, list 1 protected. */
 enum { SLRU_PROBATION = 0, SLRU_PROTECTED = 1 };
 
-/* The limit x - x/10 (90 %) of the protected list, for bytes and count. */
-static inline uint64_t slru_share(uint64_t x)
+/* The protected list's limit of x: x - x (10 - share) / 10, so that share
+ * 9 is x - x/10 and share 0 is nothing. */
+static inline uint64_t slru_share(const kvl__evict *ev, uint64_t x)
 {
-	return x - x / 10;
+	return x - x / 10 * (10u - ev->share) -
+	       x % 10 * (10u - ev->share) / 10;
 }
 
-/* Puts n at the protected head, then demotes protected tails to the
- * probation head while the protected list is over its share. */
+/* While the protected list is over its share, and at most `budget`
+ * times, sends its tail back to the head if it has a second chance left
+ * (using it up), else demotes it to the probation head. Second chances
+ * are earned one per hit, so their rounds cost O(1) amortized. */
+static void slru_fit(kvl__evict *ev, unsigned budget)
+{
+	uint64_t max_bytes = slru_share(ev, ev->capacity);
+	uint64_t max_count = ev->max_objects ? slru_share(ev, ev->max_objects)
+	                                     : UINT64_MAX;
+	while ((ev->prot_bytes > max_bytes || ev->prot_count > max_count) &&
+	       budget) {
+		kvl__evict_node *d = ev->list[SLRU_PROTECTED].tail;
+		list_remove(ev, d);
+		if (d->freq) {
+			d->freq--;
+			list_push(ev, d, SLRU_PROTECTED);
+			continue;
+		}
+		ev->prot_bytes -= ev->cost(d);
+		ev->prot_count--;
+		list_push(ev, d, SLRU_PROBATION);
+		budget--;
+	}
+}
+
+/* A lowered share (adaptive) drains this many objects per operation. */
+#define SLRU_DRAIN 2
+
+/* Puts n at the protected head and fits the list to its share: wholly,
+ * or by SLRU_DRAIN demotions where the share may have been lowered. */
 static void slru_protect(kvl__evict *ev, kvl__evict_node *n)
 {
 	list_push(ev, n, SLRU_PROTECTED);
 	ev->prot_bytes += ev->cost(n);
 	ev->prot_count++;
-	uint64_t max_bytes = slru_share(ev->capacity);
-	uint64_t max_count = ev->max_objects ? slru_share(ev->max_objects)
-	                                     : UINT64_MAX;
-	while (ev->prot_bytes > max_bytes || ev->prot_count > max_count) {
-		kvl__evict_node *d = ev->list[SLRU_PROTECTED].tail;
-		list_remove(ev, d);
-		ev->prot_bytes -= ev->cost(d);
-		ev->prot_count--;
-		list_push(ev, d, SLRU_PROBATION);
-	}
+	slru_fit(ev, ev->adapt ? SLRU_DRAIN : UINT_MAX);
 }
 
-static void slru_link(kvl__evict *ev, kvl__evict_node *n)
+/* A new object goes to protected if the ghost remembers it, else to the
+ * probation head, or just behind `behind` when that is on probation. */
+static void slru_place(kvl__evict *ev, kvl__evict_node *n,
+                       kvl__evict_node *behind)
 {
+	n->freq = 0;
 	if (kvl__ghost_take(&ev->ghost, n->hash))
 		slru_protect(ev, n);
+	else if (behind && behind->seg == SLRU_PROBATION)
+		list_behind(ev, n, behind);
 	else
 		list_push(ev, n, SLRU_PROBATION);
+}
+
+static void slru_link(kvl__evict *ev, kvl__evict_node *n,
+                      kvl__evict_node *behind)
+{
+	(void)behind;
+	slru_place(ev, n, NULL);
 }
 
 static void slru_touch(kvl__evict *ev, kvl__evict_node *n)
 {
 	if (n->seg == SLRU_PROTECTED) {
+		if (n->freq < ev->fmax)
+			n->freq++;
 		if (ev->list[SLRU_PROTECTED].head != n) {
 			list_remove(ev, n);
 			list_push(ev, n, SLRU_PROTECTED);
@@ -274,6 +331,7 @@ static void slru_touch(kvl__evict *ev, kvl__evict_node *n)
 		return;
 	}
 	list_remove(ev, n);
+	n->freq = 0;
 	slru_protect(ev, n);
 }
 
@@ -298,10 +356,136 @@ static kvl__evict_node *slru_victim(const kvl__evict *ev)
 	                                     : ev->list[SLRU_PROTECTED].tail;
 }
 
+/* adaptive: slru whose configuration follows whichever of ADAPT_N shadows
+ * (shadow.h) missed least lately. A shadow models the store over a
+ * 1-in-rate sample of keys at 1/rate of its capacity in objects, rate
+ * chosen so that it holds ADAPT_SHADOW_CAP to twice that many; their
+ * misses halve every ADAPT_WINDOW x its capacity sampled accesses. The
+ * shadows start with the store under max_objects, else at its first
+ * eviction with what it held then as the capacity; until then, and if
+ * they cannot be allocated, the policy keeps its first configuration. */
+#define ADAPT_N 3
+#define ADAPT_SHADOW_CAP 1024
+#define ADAPT_WINDOW 8
+#define ADAPT_FIRST 1
+
+/* LRU (nothing protected), and half or 90 % protected with up to three
+ * second chances: measured in docs/replay.md, LRU wins where the cache
+ * holds a conversation's turns, the others where reuse is rare and far
+ * apart. */
+static const struct {
+	uint8_t share, fmax;
+} adapt_cfg[ADAPT_N] = {{0, 0}, {5, 3}, {9, 3}};
+
+struct kvl__adapt {
+	kvl__shadow sh[ADAPT_N];
+	uint64_t rate, ops, window;
+	unsigned cur;
+};
+
+static void adapt_set(kvl__evict *ev, unsigned i)
+{
+	ev->share = adapt_cfg[i].share;
+	ev->fmax = adapt_cfg[i].fmax;
+}
+
+static void adapt_free(struct kvl__adapt *a)
+{
+	if (!a)
+		return;
+	for (unsigned i = 0; i < ADAPT_N; i++)
+		kvl__shadow_free(&a->sh[i]);
+	free(a);
+}
+
+static void adapt_start(kvl__evict *ev, uint64_t held)
+{
+	uint64_t cap = ev->max_objects ? ev->max_objects : held;
+	struct kvl__adapt *a = calloc(1, sizeof *a);
+	if (!a || !cap)
+		goto fail;
+	a->rate = cap > ADAPT_SHADOW_CAP ? cap / ADAPT_SHADOW_CAP : 1;
+	size_t scap = (size_t)(cap / a->rate);
+	a->window = ADAPT_WINDOW * (uint64_t)scap;
+	a->cur = ADAPT_FIRST;
+	for (unsigned i = 0; i < ADAPT_N; i++)
+		if (kvl__shadow_init(&a->sh[i], scap, adapt_cfg[i].share,
+		                     adapt_cfg[i].fmax))
+			goto fail;
+	ev->adapt = a;
+	return;
+fail:
+	adapt_free(a);
+}
+
+static int adapt_sampled(const struct kvl__adapt *a, uint64_t hash)
+{
+	return ((hash * 0x9e3779b97f4a7c15ull) >> 32) % a->rate == 0;
+}
+
+/* An access to a sampled key (stored behind `behind`, or NULL): each
+ * shadow sees it, the misses decay, and the store takes the configuration
+ * of the shadow that misses least. */
+static void adapt_access(kvl__evict *ev, uint64_t hash,
+                         const kvl__evict_node *behind)
+{
+	struct kvl__adapt *a = ev->adapt;
+	if (!a || !adapt_sampled(a, hash))
+		return;
+	const uint64_t *bh = behind && adapt_sampled(a, behind->hash)
+	                             ? &behind->hash
+	                             : NULL;
+	unsigned best = a->cur;
+	for (unsigned i = 0; i < ADAPT_N; i++)
+		a->sh[i].misses += kvl__shadow_access(&a->sh[i], hash, bh);
+	for (unsigned i = 0; i < ADAPT_N; i++)
+		if (a->sh[i].misses < a->sh[best].misses)
+			best = i;
+	if (++a->ops == a->window) {
+		a->ops = 0;
+		for (unsigned i = 0; i < ADAPT_N; i++)
+			a->sh[i].misses /= 2;
+	}
+	if (best != a->cur) {
+		a->cur = best;
+		adapt_set(ev, best);
+	}
+}
+
+static void adaptive_link(kvl__evict *ev, kvl__evict_node *n,
+                          kvl__evict_node *behind)
+{
+	adapt_access(ev, n->hash, behind);
+	slru_place(ev, n, behind);
+	slru_fit(ev, SLRU_DRAIN);
+}
+
+static void adaptive_touch(kvl__evict *ev, kvl__evict_node *n)
+{
+	adapt_access(ev, n->hash, NULL);
+	slru_touch(ev, n);
+	slru_fit(ev, SLRU_DRAIN);
+}
+
+static void adaptive_unlink(kvl__evict *ev, kvl__evict_node *n, int evicted,
+                            uint64_t held)
+{
+	slru_unlink(ev, n, evicted, held);
+	if (!ev->adapt) {
+		if (evicted && !ev->model)
+			adapt_start(ev, held);
+	} else if (!evicted && adapt_sampled(ev->adapt, n->hash)) {
+		for (unsigned i = 0; i < ADAPT_N; i++)
+			kvl__shadow_remove(&ev->adapt->sh[i], n->hash);
+	}
+}
+
 /* The default first. */
 static const struct kvl__evict_policy policies[] = {
-	{"slru", slru_link, slru_touch, slru_unlink, slru_victim},
-	{"lru", lru_link, lru_touch, lru_unlink, lru_victim},
+	{"adaptive", adaptive_link, adaptive_touch, adaptive_unlink,
+	 slru_victim, 1},
+	{"slru", slru_link, slru_touch, slru_unlink, slru_victim, 0},
+	{"lru", lru_link, lru_touch, lru_unlink, lru_victim, 0},
 };
 #define N_POLICIES (sizeof policies / sizeof policies[0])
 
@@ -326,17 +510,45 @@ void kvl__evict_init(kvl__evict *ev, size_t policy, uint64_t capacity,
 	                   .capacity = capacity,
 	                   .max_objects = max_objects,
 	                   .cost = cost,
-	                   .ghost = KVL__GHOST_INIT};
+	                   .ghost = KVL__GHOST_INIT,
+	                   .share = 9};
+	if (ev->policy->link == adaptive_link) {
+		adapt_set(ev, ADAPT_FIRST);
+		if (max_objects)
+			adapt_start(ev, max_objects);
+	}
+}
+
+void kvl__evict_init_model(kvl__evict *ev, uint64_t max_objects,
+                           uint8_t share, uint8_t fmax,
+                           uint64_t (*cost)(const kvl__evict_node *n))
+{
+	*ev = (kvl__evict){.policy = &policies[0],
+	                   .capacity = UINT64_MAX,
+	                   .max_objects = max_objects,
+	                   .cost = cost,
+	                   .ghost = KVL__GHOST_INIT,
+	                   .share = share,
+	                   .fmax = fmax,
+	                   .model = 1};
 }
 
 void kvl__evict_free(kvl__evict *ev)
 {
 	kvl__ghost_free(&ev->ghost);
+	adapt_free(ev->adapt);
+	ev->adapt = NULL;
 }
 
-void kvl__evict_link(kvl__evict *ev, kvl__evict_node *n)
+void kvl__evict_link(kvl__evict *ev, kvl__evict_node *n,
+                     kvl__evict_node *behind)
 {
-	ev->policy->link(ev, n);
+	ev->policy->link(ev, n, behind);
+}
+
+int kvl__evict_prefix(const kvl__evict *ev)
+{
+	return ev->policy->prefix;
 }
 
 void kvl__evict_touch(kvl__evict *ev, kvl__evict_node *n)

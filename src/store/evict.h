@@ -8,7 +8,7 @@
  * kvl__evict_node, most recent first:
  *
  *  - lru: exact LRU on one list.
- *  - slru (the default): segmented LRU for prefix caches. A new object goes
+ *  - slru: segmented LRU for prefix caches. A new object goes
  *    to the head of the probation list; a hit there promotes it to the head
  *    of the protected list (a hit on protected moves it to its head). The
  *    protected list holds at most 90 % of the capacity (bytes, and objects
@@ -22,6 +22,20 @@
  *    read once (a shared document, a conversation) is likely read many
  *    more times, often long after it was first stored; LRU lets the first
  *    kind flush the second.
+ *  - adaptive (the default): slru's lists with a configuration that
+ *    follows the workload: the protected share (none: LRU; half; 90 %)
+ *    and second chances (a protected object earns one per hit, up to 3; a
+ *    tail with one left goes back to the head instead of being demoted).
+ *    Three shadows (shadow.h), one per configuration, model the store
+ *    over a sample of the keys, and the store takes the configuration of
+ *    the one that missed least lately. Batches are in prefix order
+ *    (kvl__evict_prefix). Why: a large protected share wins where reuse
+ *    is rare and far apart (documents), none where the cache holds most
+ *    of the working set (conversations), and a chain is worth most at its
+ *    start. Cost: O(1) per operation (three shadow accesses for a sampled
+ *    key); memory: 1 byte per object (in the node's padding) and at most
+ *    about 1.4 MiB for the shadows (1,024 to 2,047 keys each), whatever
+ *    the capacity.
  *
  * A kvl__ghost remembers the 64-bit hashes of the keys it is given, in
  * first-in, first-out order, and forgets the oldest beyond a limit the
@@ -76,6 +90,7 @@ typedef struct kvl__evict_node {
 	struct kvl__evict_node *newer, *older; /* NULL at the ends */
 	uint64_t hash; /* of the key */
 	uint8_t seg;   /* the list it is on */
+	uint8_t freq;  /* protected: second chances left (up to fmax) */
 } kvl__evict_node;
 
 struct kvl__evict_policy;
@@ -95,6 +110,11 @@ typedef struct kvl__evict {
 	 * probation list is every other object. */
 	uint64_t prot_bytes, prot_count;
 	kvl__ghost ghost;                /* slru: keys evicted from probation */
+	/* slru's configuration: the protected list's share in tenths, and
+	 * the second chances a protected object earns by hits (0: none). */
+	uint8_t share, fmax;
+	uint8_t model;                   /* a shadow's (never adapts) */
+	struct kvl__adapt *adapt;        /* adaptive: its shadows, or NULL */
 } kvl__evict;
 
 /* Starts policy number `policy` (kvl_mem_policy_name) with empty lists. */
@@ -106,9 +126,25 @@ void kvl__evict_free(kvl__evict *ev);
 /* The number of the policy called `name`, or -1. */
 int kvl__evict_policy(const char *name);
 
-/* n was stored; n was found (a hit); n leaves its list (`evicted`: to make
- * room, else removed) while `held` objects are held, n among them. */
-void kvl__evict_link(kvl__evict *ev, kvl__evict_node *n);
+/* The adaptive policy's lists with a fixed configuration, for a shadow
+ * (shadow.h): at most max_objects, no byte limit, never adapting. */
+void kvl__evict_init_model(kvl__evict *ev, uint64_t max_objects,
+                           uint8_t share, uint8_t fmax,
+                           uint64_t (*cost)(const kvl__evict_node *n));
+
+/* Whether the policy wants batches in prefix order: a batch's keys
+ * touched from the last to the first, and each object a put stores linked
+ * behind the one it stored before (`behind`), so that the first page of
+ * a chain is the most recent and a chain is evicted from its end (a lost
+ * early page makes every later one useless). */
+int kvl__evict_prefix(const kvl__evict *ev);
+
+/* n was stored (behind: NULL, or an object the same put stored just
+ * before, still held, behind which a prefix-order policy links n); n was
+ * found (a hit); n leaves its list (`evicted`: to make room, else removed)
+ * while `held` objects are held, n among them. */
+void kvl__evict_link(kvl__evict *ev, kvl__evict_node *n,
+                     kvl__evict_node *behind);
 void kvl__evict_touch(kvl__evict *ev, kvl__evict_node *n);
 void kvl__evict_unlink(kvl__evict *ev, kvl__evict_node *n, int evicted,
                        uint64_t held);

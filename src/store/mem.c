@@ -106,6 +106,19 @@ static inline void mem_touch(struct mem_store *m, struct mem_obj *o)
 	kvl__evict_touch(&m->ev, &o->node);
 }
 
+/* Touches the found objects of a chunk (NULL: not found) in the order the
+ * policy wants: first to last, or last to first (kvl__evict_prefix). */
+static void mem_touch_chunk(struct mem_store *m, struct mem_obj *const *o,
+                            size_t cn)
+{
+	int back = kvl__evict_prefix(&m->ev);
+	for (size_t k = 0; k < cn; k++) {
+		struct mem_obj *x = o[back ? cn - 1 - k : k];
+		if (x)
+			mem_touch(m, x);
+	}
+}
+
 /* Makes o (in slot `slot`) invisible; `evicted` tells the policy why. Without
  * readers it goes onto *dead to be freed after the lock is dropped; else the
  * last unpin frees it. */
@@ -173,9 +186,15 @@ static int mem_exists(kvl_store *store, void *impl, const kvl__batch *bt)
 	int *results = bt->results;
 	uint64_t h[MEM_CHUNK];
 	size_t kl[MEM_CHUNK];
+	struct mem_obj *obj[MEM_CHUNK];
+	size_t chunks = (n + MEM_CHUNK - 1) / MEM_CHUNK;
 
 	(void)store;
-	for (size_t base = 0; base < n; base += MEM_CHUNK) {
+	/* Chunks from the last under a prefix-order policy, so that the whole
+	 * batch is touched last to first. */
+	for (size_t c = 0; c < chunks; c++) {
+		size_t base = (kvl__evict_prefix(&m->ev) ? chunks - 1 - c : c) *
+		              MEM_CHUNK;
 		size_t cn = mem_min(MEM_CHUNK, n - base);
 		const char *const *k = keys + base;
 		mem_hash_keys(k, cn, h, kl);
@@ -186,13 +205,13 @@ static int mem_exists(kvl_store *store, void *impl, const kvl__batch *bt)
 			int found;
 			size_t s = mem_find(&m->ix, h[i], k[i], kl[i], &found);
 			results[base + i] = found;
-			if (found) {
-				mem_touch(m, m->ix.slots[s].obj);
+			obj[i] = found ? m->ix.slots[s].obj : NULL;
+			if (found)
 				m->hits++;
-			} else {
+			else
 				m->misses++;
-			}
 		}
+		mem_touch_chunk(m, obj, cn);
 		pthread_mutex_unlock(&m->mu);
 	}
 	return 0;
@@ -257,11 +276,11 @@ static int mem_get(kvl_store *store, void *impl, const kvl__batch *bt)
 				continue;
 			}
 			mem_pin(m, o);
-			mem_touch(m, o);
 			m->hits++;
 			obj[i] = o;
 			res[i] = 0;
 		}
+		mem_touch_chunk(m, obj, cn);
 		pthread_mutex_unlock(&m->mu);
 
 		size_t pinned = 0;
@@ -310,6 +329,7 @@ static int mem_peek(kvl_store *store, void *impl, const char *const *keys,
 	struct mem_store *m = impl;
 	uint64_t h[MEM_CHUNK];
 	size_t kl[MEM_CHUNK];
+	struct mem_obj *obj[MEM_CHUNK];
 	for (size_t base = 0; base < n; base += MEM_CHUNK) {
 		size_t cn = mem_min(MEM_CHUNK, n - base);
 		mem_hash_keys(keys + base, cn, h, kl);
@@ -321,18 +341,19 @@ static int mem_peek(kvl_store *store, void *impl, const char *const *keys,
 			kvl__view *v = &views[base + i];
 			*v = (kvl__view){0};
 			results[base + i] = found;
+			obj[i] = NULL;
 			if (!found) {
 				m->misses++;
 				continue;
 			}
-			struct mem_obj *o = m->ix.slots[s].obj;
+			struct mem_obj *o = obj[i] = m->ix.slots[s].obj;
 			mem_pin(m, o);
-			mem_touch(m, o);
 			m->hits++;
 			*v = (kvl__view){.data = o->data, .len = o->len,
 			                 .handle = o,
 			                 .pinned = m->slab.payloads.pinned};
 		}
+		mem_touch_chunk(m, obj, cn);
 		pthread_mutex_unlock(&m->mu);
 	}
 	return 0;
@@ -397,11 +418,31 @@ static struct mem_obj *mem_obj_new(struct mem_store *m, const char *key,
 	return o;
 }
 
-/* Links a filled object unless its key appeared meanwhile. Returns
- * KVL_PUT_STORED, KVL_PUT_PRESENT (o is then on *dead), or a negative code
- * (o is then the caller's to free). */
+/* A key and its hash. */
+typedef struct mem_key {
+	const char *key;
+	size_t len;
+	uint64_t hash;
+} mem_key;
+
+/* The object the same put stored before o, if a prefix-order policy
+ * wants o behind it and it is still held (prev: its key, or NULL). */
+static kvl__evict_node *mem_behind(struct mem_store *m, const mem_key *prev)
+{
+	if (!prev || !kvl__evict_prefix(&m->ev))
+		return NULL;
+	int found;
+	size_t s = mem_find(&m->ix, prev->hash, prev->key, prev->len, &found);
+	return found ? &m->ix.slots[s].obj->node : NULL;
+}
+
+/* Links a filled object unless its key appeared meanwhile, behind the
+ * object of key `prev` (the put's previous stored key, or NULL) where the
+ * policy keeps prefix order. Returns KVL_PUT_STORED, KVL_PUT_PRESENT (o
+ * is then on *dead), or a negative code (o is then the caller's to
+ * free). */
 static int mem_insert(struct mem_store *m, struct mem_obj *o,
-                      struct mem_obj **dead)
+                      const mem_key *prev, struct mem_obj **dead)
 {
 	int found, rc;
 	size_t s = mem_find(&m->ix, o->node.hash, o->key, o->key_len, &found);
@@ -422,7 +463,7 @@ static int mem_insert(struct mem_store *m, struct mem_obj *o,
 	m->ix.slots[s].hash = o->node.hash;
 	m->ix.slots[s].obj = o;
 	o->linked = 1;
-	kvl__evict_link(&m->ev, &o->node);
+	kvl__evict_link(&m->ev, &o->node, mem_behind(m, prev));
 	m->count++;
 	m->used += mem_cost(o);
 	m->puts++;
@@ -441,6 +482,8 @@ static int mem_put(kvl_store *store, void *impl, const kvl__batch *bt)
 	size_t kl[MEM_CHUNK];
 	size_t next_pc = 0; /* index in pieces of the next key's first */
 	enum { PENDING = 2 }; /* not a result value */
+	mem_key prev;       /* the last key this put stored */
+	int have_prev = 0;
 
 	for (size_t base = 0; base < n; base += MEM_CHUNK) {
 		size_t cn = mem_min(MEM_CHUNK, n - base);
@@ -500,13 +543,18 @@ static int mem_put(kvl_store *store, void *impl, const kvl__batch *bt)
 
 			struct mem_obj *dead = NULL;
 			pthread_mutex_lock(&m->mu);
-			int rc = mem_insert(m, o, &dead);
+			int rc = mem_insert(m, o, have_prev ? &prev : NULL,
+			                    &dead);
 			uint64_t pinned = m->pinned;
 			if (rc < 0)
 				m->errors++;
 			pthread_mutex_unlock(&m->mu);
 			mem_free_list(&m->slab, dead);
 			res[i] = rc;
+			if (rc == KVL_PUT_STORED) {
+				prev = (mem_key){k[i], kl[i], h[i]};
+				have_prev = 1;
+			}
 			if (rc == KVL_EFULL)
 				kvl__fail(&store->err, rc,
 				          "kvl_store_put: key \"%s\": no room for "
@@ -584,7 +632,7 @@ static int mem_commit(kvl_store *store, void *impl, const char *key,
 	v->data = NULL;
 	struct mem_obj *dead = NULL;
 	pthread_mutex_lock(&m->mu);
-	int rc = mem_insert(m, o, &dead);
+	int rc = mem_insert(m, o, NULL, &dead);
 	if (rc < 0)
 		m->errors++;
 	pthread_mutex_unlock(&m->mu);
@@ -692,7 +740,7 @@ static int mem_open(kvl_store *store, kvl__uri *uri, void **impl,
 	    (policy = kvl__evict_policy(policy_name)) < 0)
 		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
 		                     "mem: store option policy=%s: unknown "
-		                     "eviction policy (known: slru, lru)",
+		                     "eviction policy (known: adaptive, slru, lru)",
 		                     policy_name);
 	/* Pinned payloads let GPU copies use objects in place; the default
 	 * asks for them whenever this build has CUDA. */
