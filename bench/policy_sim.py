@@ -331,6 +331,14 @@ class LIRS:
         self.s.pop(b, None)
         self.s[b] = None
 
+    def to_lir(self, b):
+        """A HIR block with a recency in the stack becomes LIR; the bottom
+        LIR block becomes HIR."""
+        self.to_top(b)
+        self.state[b] = self.LIR
+        self.n_lir += 1
+        self.demote_bottom()
+
     def hit(self, b):
         if self.state[b] == self.LIR:
             bottom = next(iter(self.s)) == b
@@ -340,10 +348,7 @@ class LIRS:
             return
         del self.q[b]  # resident HIR
         if b in self.s:
-            self.to_top(b)
-            self.state[b] = self.LIR
-            self.n_lir += 1
-            self.demote_bottom()
+            self.to_lir(b)
         else:
             self.to_top(b)
             self.q[b] = None
@@ -368,10 +373,7 @@ class LIRS:
                 del self.state[v]
         if self.state.get(b) == self.NONRES:
             del self.nonres[b]
-            self.to_top(b)
-            self.state[b] = self.LIR
-            self.n_lir += 1
-            self.demote_bottom()
+            self.to_lir(b)
         else:
             self.to_top(b)
             self.state[b] = self.HIR
