@@ -61,7 +61,7 @@ extern "C" {
 
 /* The one source of kvlink's version (the build and the bindings read it). */
 #define KVL_VERSION_MAJOR 0
-#define KVL_VERSION_MINOR 5
+#define KVL_VERSION_MINOR 6
 #define KVL_VERSION_PATCH 0
 
 /* ===================================================================== errors */

@@ -304,7 +304,7 @@ _PROTOTYPES = {
 # The library major.minor these bindings were written against. Before 1.0 a
 # minor version may change the API (0.2 and 0.3 did), so a 0.x library must match
 # major and minor; from 1.0 on, any later minor of the same major does.
-BOUND_VERSION = (0, 5)
+BOUND_VERSION = (0, 6)
 
 LIBRARY_ENV = "KVL_LIBRARY"
 LIBRARY_ENV_OLD = "KVLINK_LIBRARY"  # its name before 0.5, still read

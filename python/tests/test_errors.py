@@ -68,20 +68,20 @@ def test_unknown_codes():
 def test_version_is_the_librarys():
     assert kvl.__version__ == kvl.version() == \
         _lib.lib.kvl_version().decode()
-    assert _lib.BOUND_VERSION == (0, 5)
+    assert _lib.BOUND_VERSION == (0, 6)
     assert tuple(int(x) for x in kvl.__version__.split(".")[:2]) == \
         _lib.BOUND_VERSION
 
 
-@pytest.mark.parametrize("version", ["0.5.0", "0.5.7"])
+@pytest.mark.parametrize("version", ["0.6.0", "0.6.7"])
 def test_versions_accepted(version):
     _lib.check_version(version)
 
 
 @pytest.mark.parametrize("version,why", [
-    ("0.4.0", "need 0.5.x"),   # before 1.0 a minor version breaks the API
-    ("0.6.0", "need 0.5.x"),
-    ("1.2.0", "need 0.5.x"),
+    ("0.5.0", "need 0.6.x"),   # before 1.0 a minor version breaks the API
+    ("0.7.0", "need 0.6.x"),
+    ("1.2.0", "need 0.6.x"),
     ("zero", "reports version"),
 ])
 def test_versions_refused(version, why):
