@@ -156,12 +156,13 @@ int kvl__obj_header_write(uint8_t *dst, const kvl__obj_id *id,
 	return rc ? rc : kvl__obj_header_seal(dst, key);
 }
 
+/* Whether n bytes at p are all zero: the first is, and each equals the
+ * next. memcmp runs in vector words, where a byte loop over an unsummed
+ * header's 512 bytes of empty layer fields took half of the header check
+ * that the first layer of every GPU load waits for. */
 static int zeros(const uint8_t *p, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return 0;
-	return 1;
+	return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0);
 }
 
 /* Whether the header's own field matches its body (read with `key`). */
