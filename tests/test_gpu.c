@@ -387,15 +387,52 @@ static uint64_t counter(kvl_linker *lk, const char *name)
 	return at ? strtoull(at + strlen(pat), NULL, 10) : UINT64_MAX;
 }
 
+/* Loads every page into dst (one request) and pages bad+1.. into their
+ * source slots (a second request of the batch) while page `bad` of the
+ * run fails with `code`: the wait for layer 0 says so, the first request
+ * keeps pages 0..bad-1, the second completes, and their bytes are right. */
+static void fail_in_run(kvl_linker *lk, const kvl_hash *pages,
+                        const size_t *dst, const size_t *src, size_t bad,
+                        int code, const char *what)
+{
+	cudaMemset(dev_pool, 0, pool_bytes);
+	cudaDeviceSynchronize();
+	const size_t *dl[1] = {dst}, *tl[1] = {&src[bad + 1]};
+	size_t tail = PAGES - bad - 1;
+	EXPECT_RC(lk, kvl_linker_load(lk, 5, pages, PAGES, dl), 0);
+	EXPECT_RC(lk, kvl_linker_load(lk, 6, &pages[bad + 1], tail, tl), 0);
+	uint64_t batch;
+	EXPECT_RC(lk, kvl_linker_start(lk, &batch), 0);
+	EXPECT_CODE_MSG(kvl_linker_wait(lk, batch, 0, 10000), code,
+	                "%s: layer 0", what);
+	kvl_linker_wait(lk, batch, LAYERS - 1, 10000);
+	kvl_completion cs[2];
+	collect(lk, 5, &cs[0]);
+	collect(lk, 6, &cs[1]);
+	EXPECT_CODE_MSG(cs[0].status, code, "%s: %zu valid", what,
+	                cs[0].valid_pages);
+	EXPECT_EQ_MSG(cs[0].valid_pages, bad, "%s", what);
+	EXPECT_CODE_MSG(cs[1].status, 0, "%s: tail: %zu valid", what,
+	                cs[1].valid_pages);
+	EXPECT_EQ_MSG(cs[1].valid_pages, tail, "%s: tail", what);
+	cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
+	for (size_t i = 0; i < bad; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS), "%s: page %zu",
+		                what, i);
+	for (size_t i = bad + 1; i < PAGES; i++)
+		EXPECT_TRUE_MSG(slot_ok(i, src[i], LAYERS), "%s: tail page %zu",
+		                what, i);
+}
+
 /* Loads through the copy engines (gpu_copy, a staging ring of `staging`
  * bytes): the objects of one offload lie at one pitch in the store (one
  * run); loads move `want_dma` of their bytes by DMA (1: all, 0: none) and
  * land right, into slots in reverse order and into slots that follow one
  * another, also after an engine event while a kernel reads the slots; a
  * run broken by an object stored again elsewhere (three
- * runs) still lands right; an object gone in the middle of a run fails
- * its request from there, and a second request of the same batch reading
- * the run's tail completes. A small ring wraps many times per layer. */
+ * runs) still lands right; an object forged or gone in the middle of a
+ * run fails its request from there, and a second request of the same
+ * batch reading the run's tail completes. A small ring wraps many times per layer. */
 static void dma_loads(kvl_layout *l, uint32_t gpu_copy, uint32_t staging,
                       int want_dma)
 {
@@ -469,30 +506,20 @@ static void dma_loads(kvl_layout *l, uint32_t gpu_copy, uint32_t staging,
 	              kvl_err_name(c.status));
 	expect_all_loaded(load_all(lk, 4, pages, dst, s), dst, "broken run");
 
-	/* Page 11 gone: the first request keeps 0..10; a second one of the
-	 * batch, pages 12..15 into their source slots, completes. */
+	/* Page 3's header forged in store memory (its page hash): the run's
+	 * copy goes ahead, the check that fails page 3 lands before layer 0
+	 * is published. Then page 11 gone. */
+	kvl__view v3;
+	int r3 = 0;
+	EXPECT_CODE(kvl__store_peek(st, &kp[3], 1, &v3, &r3), 0);
+	if (r3 == 1) {
+		((uint8_t *)v3.data)[32] ^= 1;
+		fail_in_run(lk, pages, dst, src, 3, KVL_ECORRUPT, "forged");
+		((uint8_t *)v3.data)[32] ^= 1;
+		kvl__store_release(st, &v3, 1);
+	}
 	kvl_store_remove(st, &kp[11], 1, &one);
-	cudaMemset(dev_pool, 0, pool_bytes);
-	cudaDeviceSynchronize();
-	const size_t *dl[1] = {dst}, *tl[1] = {&src[12]};
-	EXPECT_RC(lk, kvl_linker_load(lk, 5, pages, PAGES, dl), 0);
-	EXPECT_RC(lk, kvl_linker_load(lk, 6, &pages[12], 4, tl), 0);
-	uint64_t batch;
-	EXPECT_RC(lk, kvl_linker_start(lk, &batch), 0);
-	kvl_linker_wait(lk, batch, LAYERS - 1, 10000);
-	kvl_completion cs[2];
-	collect(lk, 5, &cs[0]);
-	collect(lk, 6, &cs[1]);
-	EXPECT_CODE_MSG(cs[0].status, KVL_ENOTFOUND, "gone: %zu valid",
-	                cs[0].valid_pages);
-	EXPECT_EQ(cs[0].valid_pages, 11);
-	EXPECT_CODE_MSG(cs[1].status, 0, "tail: %zu valid", cs[1].valid_pages);
-	EXPECT_EQ(cs[1].valid_pages, 4);
-	cudaMemcpy(host, dev_pool, pool_bytes, cudaMemcpyDeviceToHost);
-	for (size_t i = 0; i < 11; i++)
-		EXPECT_TRUE_MSG(slot_ok(i, dst[i], LAYERS), "gone: page %zu", i);
-	for (size_t i = 12; i < PAGES; i++)
-		EXPECT_TRUE_MSG(slot_ok(i, src[i], LAYERS), "tail: page %zu", i);
+	fail_in_run(lk, pages, dst, src, 11, KVL_ENOTFOUND, "gone");
 	kvl_linker_close(lk);
 	kvl_store_close(st);
 	cudaStreamDestroy(s);

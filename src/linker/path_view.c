@@ -5,14 +5,17 @@
  *
  * Loads: in the batch's first layer that an item has, the loader holds its
  * object in the store (kvl__store_peek: a view of pinned, mapped store
- * memory), checks it, and copies the layer's bytes from it into the GPU
+ * memory), launches the copy of the layer's bytes from it into the GPU
  * slot (through the copy engines where objects form runs, else by the
- * gather kernel: stage.c); later layers copy from the same view, checked
- * layer by layer on stores that are not trusted. Objects are held in groups of
- * GPU_PIN_GROUP in the first layer, whose copies then start at once; later
- * layers launch a full chunk list at a time. Views are let go after the
- * batch's last layer, so an object can be evicted meanwhile but its memory
- * is not reused under the copy.
+ * gather kernel: stage.c), and checks the object's header while the copy
+ * runs; later layers copy from the same view, checked layer by layer on
+ * stores that are not trusted. Objects are held in groups of GPU_PIN_GROUP
+ * in the first layer, whose copies then start at once; later layers launch
+ * a full chunk list at a time. A check that fails marks its page failed
+ * before the layer is published, so no wait or completion ever reports
+ * those bytes valid; the slot holds them as kvl_linker_wait_stream says.
+ * Views are let go after the batch's last layer, so an object can be
+ * evicted meanwhile but its memory is not reused under the copy.
  *
  * Offloads: reserve store memory for each object, let the GPU gather the
  * slots into it, seal the header and commit: no staging copy. Two groups
@@ -30,11 +33,9 @@
  * one group on the CPU hides behind the GPU's copy of the next. */
 #define GPU_OFF_GROUP 512
 
-/* Checks a held object for layer ly: its length, that it is pinned, and
- * the read check (its header at the pool's first layer; the layer's
- * checksum on untrusted stores). 0 or the reason it is not valid. */
-static int view_check(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
-                      const lk_req *r, const lk_item *it, const kvl__view *v)
+/* Whether a held object can be copied from at all: its length (no copy
+ * may read past it) and that the GPU can read it. 0 or the reason. */
+static int view_usable(kvl_linker *lk, const kvl__pool *p, const kvl__view *v)
 {
 	if (v->len != p->object_size)
 		return KVL_ECORRUPT;
@@ -42,6 +43,15 @@ static int view_check(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
 		return kvl__fail(&lk->err, KVL_ENOTSUP,
 		                 "load: store memory is not pinned: GPU loads "
 		                 "need mem:?pinned=1");
+	return 0;
+}
+
+/* The read check of a held object for layer ly: its header at the pool's
+ * first layer, the layer's checksum on untrusted stores. 0 or the reason
+ * it is not valid. */
+static int view_valid(kvl_linker *lk, const kvl__pool *p, const kvl__layer *ly,
+                      const lk_req *r, const lk_item *it, const kvl__view *v)
+{
 	kvl__read rd = kvl__read_plan(p, ly, 0);
 	return kvl__read_check(p, &r->pages[it->page], &rd, 0, v->data,
 	                       v->data + rd.offset, 0, !lk->caps.trusted,
@@ -58,8 +68,8 @@ static void gather_view(kvl_linker *lk, lk_gather *gt, const kvl__pool *p,
 }
 
 /* Holds the io's gathered items (at their first layer of this batch),
- * checks them, gathers the good ones and launches their copies. Returns
- * the first failure. */
+ * launches the copies of the usable ones, then checks those while the
+ * copies run. Returns the first failure. */
 static int hold_gathered(kvl_linker *lk, uint32_t layer, lk_gather *gt)
 {
 	lk_gpu *g = lk->gpu;
@@ -72,20 +82,18 @@ static int hold_gathered(kvl_linker *lk, uint32_t layer, lk_gather *gt)
 	size_t n_bad = 0; /* held but unusable: let go below */
 	for (size_t k = 0; k < io->m; k++) {
 		lk_item *it = io->items[k];
-		lk_req *r = io->reqs[k];
 		const kvl__pool *p = kvl__lk_pool(lk, it->pool);
-		const kvl__layer *ly = kvl__pool_layer(p, layer);
 		kvl__view *v = &g->pin_views[k];
 		int bad = rc ? rc
 		          : io->res[k] < 0 ? io->res[k]
 		          : !io->res[k]    ? KVL_ENOTFOUND
-		                           : view_check(lk, p, ly, r, it, v);
+		                           : view_usable(lk, p, v);
 		if (!bad) {
-			it->view = *v;
-			gather_view(lk, gt, p, ly, it);
+			it->view = *v; /* held to the batch's end, copied or not */
+			gather_view(lk, gt, p, kvl__pool_layer(p, layer), it);
 			continue;
 		}
-		kvl__lk_req_fail(r, it->page, bad);
+		kvl__lk_req_fail(io->reqs[k], it->page, bad);
 		if (!first)
 			first = bad;
 		if (!rc && v->handle)
@@ -94,6 +102,19 @@ static int hold_gathered(kvl_linker *lk, uint32_t layer, lk_gather *gt)
 	kvl__store_release(lk->store, g->pin_views, n_bad);
 	kvl__lk_stage_send(lk, gt);
 	kvl__lk_gather_launch(lk, gt);
+	for (size_t k = 0; k < io->m; k++) {
+		lk_item *it = io->items[k];
+		if (!it->view.data)
+			continue;
+		const kvl__pool *p = kvl__lk_pool(lk, it->pool);
+		int bad = view_valid(lk, p, kvl__pool_layer(p, layer),
+		                     io->reqs[k], it, &it->view);
+		if (bad) {
+			kvl__lk_req_fail(io->reqs[k], it->page, bad);
+			if (!first)
+				first = bad;
+		}
+	}
 	io->m = io->used = 0;
 	return first;
 }
@@ -117,7 +138,7 @@ static int view_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 			continue;
 		}
 		e = lk->caps.trusted ? 0
-		                     : view_check(lk, w.p, w.ly, w.r, w.it,
+		                     : view_valid(lk, w.p, w.ly, w.r, w.it,
 		                                  &w.it->view);
 		if (e) {
 			kvl__lk_req_fail(w.r, w.it->page, e);
@@ -258,6 +279,7 @@ const lk_path kvl__lk_path_view = {
 	.close = kvl__lk_gpu_close,
 	.load_layer = view_load_layer,
 	.finish_layer = kvl__lk_gpu_finish_layer,
+	.landed = kvl__lk_gpu_landed,
 	.end_batch = view_end_batch,
 	.stream_wait = kvl__lk_gpu_stream_wait,
 	.gate = kvl__lk_gpu_gate,
