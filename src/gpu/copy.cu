@@ -179,6 +179,14 @@ extern "C" int kvl__copier_sync(kvl__copier *c, uint32_t ev)
 	return ok(cudaEventSynchronize(c->events[ev])) ? 0 : -1;
 }
 
+extern "C" int kvl__copier_query(kvl__copier *c, uint32_t ev)
+{
+	cudaError_t e = cudaEventQuery(c->events[ev]);
+	if (e == cudaErrorNotReady)
+		return 0;
+	return ok(e) ? 1 : -1;
+}
+
 extern "C" int kvl__copier_stream_wait(kvl__copier *c, uint32_t ev,
                                        void *stream)
 {

@@ -64,6 +64,9 @@ int kvl__copier_launch(kvl__copier *c, size_t n);
 int kvl__copier_record(kvl__copier *c, uint32_t ev);
 /* Blocks until event `ev` has completed. */
 int kvl__copier_sync(kvl__copier *c, uint32_t ev);
+/* Whether event `ev` has completed, without waiting: 1 yes, 0 not yet,
+ * -1 an error (kvl__copier_sync reports it). */
+int kvl__copier_query(kvl__copier *c, uint32_t ev);
 /* Makes `stream` (a cudaStream_t, NULL for the default stream) wait for
  * event `ev` on the GPU. */
 int kvl__copier_stream_wait(kvl__copier *c, uint32_t ev, void *stream);

@@ -103,8 +103,9 @@ void kvl__lk_stage_close(kvl_linker *lk);
  * failure, or 0. */
 int kvl__lk_gather_end(kvl_linker *lk, lk_gather *gt, uint32_t layer);
 
-/* finish_layer and stream_wait of both GPU paths (path.h). */
+/* finish_layer, landed and stream_wait of both GPU paths (path.h). */
 int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer);
+int kvl__lk_gpu_landed(kvl_linker *lk, uint32_t layer);
 int kvl__lk_gpu_stream_wait(kvl_linker *lk, uint32_t layer, void *stream);
 
 /* gate and gate_wait of both GPU paths (path.h). */

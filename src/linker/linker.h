@@ -121,6 +121,13 @@ struct kvl_linker {
 	 * NULL: the loader then finishes each layer once the next is issued,
 	 * and stream waits go to it. */
 	const struct lk_path *async;
+	/* The async path's last layer issued and not yet marked complete (b
+	 * NULL: none). The loader's own. */
+	struct {
+		lk_batch *b;
+		uint32_t layer;
+		int err; /* a failure met while issuing it */
+	} unfinished;
 	struct lk_host *host;  /* host path state, or NULL */
 	struct lk_gpu *gpu;    /* GPU path state, or NULL */
 	lk_lookup lookup;
@@ -238,6 +245,11 @@ void kvl__lk_unclaim_locked(kvl_linker *lk, const lk_req *r);
 /* ---------------------------------------------- loader.c, offloader.c */
 
 void *kvl__lk_loader_main(void *arg);
+/* The loader, from inside a path's load_layer, after a wait of its own:
+ * marks the previously issued layer complete if its copies have landed
+ * already, so that waits for it do not also wait for the issue of this
+ * layer. */
+void kvl__lk_loader_poll(kvl_linker *lk);
 void *kvl__lk_offloader_main(void *arg);
 
 #endif /* KVL_LINKER_H */

@@ -8,7 +8,10 @@
  * for paths that read synchronously (host slots), and for the GPU paths
  * when the copies issued for it have finished, which the loader waits for
  * only after the next layer's copies are issued, so the GPU never idles
- * while the loader prepares the next layer. A failure at layer l fails
+ * while the loader prepares the next layer. A path whose issue itself
+ * waits (the GPU staging ring: stage.c) polls meanwhile
+ * (kvl__lk_loader_poll), so a layer is marked complete once it has
+ * landed, not once the next one is issued. A failure at layer l fails
  * every later wait of the batch; the completions say which requests failed
  * and how many of their pages are valid. A batch started after an engine's
  * CUDA event (kvl_linker_start_after) first waits for it: the GPU copies
@@ -41,12 +44,25 @@ static int load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 	return err;
 }
 
-/* Waits for the async path's copies of `layer` and marks it complete,
- * failed by `err` (an earlier failure of that layer) if not by the wait. */
-static void finish_layer(kvl_linker *lk, lk_batch *b, uint32_t layer, int err)
+/* Waits for the async path's copies of the unfinished layer, if any, and
+ * marks it complete, failed by the failure met while issuing it if not by
+ * the wait. */
+static void finish_unfinished(kvl_linker *lk)
 {
+	lk_batch *b = lk->unfinished.b;
+	if (!b)
+		return;
+	uint32_t layer = lk->unfinished.layer;
 	int ferr = lk->async->finish_layer(lk, layer);
-	layer_done(lk, b, layer, err ? err : ferr);
+	lk->unfinished.b = NULL;
+	layer_done(lk, b, layer, lk->unfinished.err ? lk->unfinished.err : ferr);
+}
+
+void kvl__lk_loader_poll(kvl_linker *lk)
+{
+	if (lk->unfinished.b &&
+	    lk->async->landed(lk, lk->unfinished.layer) == 1)
+		finish_unfinished(lk);
 }
 
 /* Completes the batch's requests: all of them canceled when the linker
@@ -95,7 +111,7 @@ static int wait_gate(kvl_linker *lk, lk_batch *b)
 
 static void run_batch(kvl_linker *lk, lk_batch *b)
 {
-	int canceled = 0, pending_err = 0;
+	int canceled = 0;
 	int gate_err = b->gated ? wait_gate(lk, b) : 0;
 	uint32_t layer;
 	for (layer = 0; layer < lk->n_layers; layer++) {
@@ -115,12 +131,13 @@ static void run_batch(kvl_linker *lk, lk_batch *b)
 		b->enqueued = layer + 1;
 		pthread_cond_broadcast(&lk->cv_progress);
 		pthread_mutex_unlock(&lk->mu);
-		if (layer > 0)
-			finish_layer(lk, b, layer - 1, pending_err);
-		pending_err = err;
+		finish_unfinished(lk); /* layer - 1, unless polled already */
+		lk->unfinished.b = b;
+		lk->unfinished.layer = layer;
+		lk->unfinished.err = err;
 	}
-	if (lk->async && layer > 0)
-		finish_layer(lk, b, layer - 1, pending_err);
+	if (lk->async)
+		finish_unfinished(lk);
 	for (size_t i = 0; i < lk->n_paths; i++)
 		if (lk->paths[i]->end_batch)
 			lk->paths[i]->end_batch(lk, b);

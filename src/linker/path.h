@@ -37,6 +37,10 @@ typedef struct lk_path {
 	/* Waits until the copies issued for `layer` have landed. NULL: they
 	 * have when load_layer returns. */
 	int (*finish_layer)(kvl_linker *lk, uint32_t layer);
+	/* Whether the copies issued for `layer` have landed, without
+	 * waiting: 1 if so, else 0 (not yet, or an error finish_layer then
+	 * reports). NULL with finish_layer. */
+	int (*landed)(kvl_linker *lk, uint32_t layer);
 	/* After the batch's last layer: lets go of what its loads held. NULL:
 	 * nothing is held. */
 	void (*end_batch)(kvl_linker *lk, lk_batch *b);

@@ -194,6 +194,11 @@ int kvl__lk_gpu_finish_layer(kvl_linker *lk, uint32_t layer)
 	return 0;
 }
 
+int kvl__lk_gpu_landed(kvl_linker *lk, uint32_t layer)
+{
+	return kvl__copier_query(lk->gpu->load, layer) == 1;
+}
+
 int kvl__lk_gpu_stream_wait(kvl_linker *lk, uint32_t layer, void *stream)
 {
 	if (kvl__copier_stream_wait(lk->gpu->load, layer, stream))

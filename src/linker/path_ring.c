@@ -174,6 +174,7 @@ const lk_path kvl__lk_path_ring = {
 	.close = kvl__lk_gpu_close,
 	.load_layer = ring_load_layer,
 	.finish_layer = kvl__lk_gpu_finish_layer,
+	.landed = kvl__lk_gpu_landed,
 	.stream_wait = kvl__lk_gpu_stream_wait,
 	.gate = kvl__lk_gpu_gate,
 	.gate_wait = kvl__lk_gpu_gate_wait,

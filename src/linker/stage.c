@@ -13,8 +13,10 @@
  * another, with no scatter, loads 2-3 % faster alone but overlapped GEMMs
  * worse on an H200: 1.16 x ideal against the ring's 1.03.) Reads outside
  * runs, and runs too short to pay (gpu_copy AUTO), go by the gather
- * kernel as before. Every read was checked before it gets here,
- * whichever way it goes.
+ * kernel as before. Whichever way a read goes, path_view.c checks it
+ * before the layer is published. Issuing a layer waits for the ring to
+ * free a half, so the loader learns there when the layer before has
+ * landed (kvl__lk_loader_poll) rather than after this one is issued.
  */
 #include <stdlib.h>
 
@@ -134,6 +136,9 @@ void kvl__lk_stage_send(kvl_linker *lk, lk_gather *gt)
 				g->stage_mem = kvl__stager_half(g->stager,
 				                                &g->stage_list);
 				g->stage_at = g->stage_n = 0;
+				/* That may have waited for the ring, long
+				 * enough for the last layer to land. */
+				kvl__lk_loader_poll(lk);
 			}
 			size_t j = fill_half(lk, gt, r, i);
 			if (j < r->n)
