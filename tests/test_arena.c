@@ -7,7 +7,8 @@
  * one before it fills holes; a run stops at a taken block and at a
  * chunk's end; a chunk freed whole serves another length; reserve pins
  * ahead; every block is aligned and inside a chunk, none is handed out
- * twice (a random model of allocations and frees).
+ * twice (a random model of allocations and frees); the embedded store's
+ * chunks follow its capacity.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +22,7 @@
 #include "support/kvl_assert.h"
 
 #include "store/arena.h"
+#include "store/hostmem.h"
 
 #define CHUNK (1u << 20)
 
@@ -200,6 +202,25 @@ static void test_allocator_refuses(void **state)
 	kvl__arena_destroy(&a);
 }
 
+/* The store's pinned chunks: a quarter of its capacity, from 256 MiB to
+ * 2 GiB, whole 2 MiB pages (hostmem.h). */
+static void test_chunk_bytes_follow_capacity(void **state)
+{
+	(void)state;
+	const uint64_t mib = 1ull << 20;
+	static const struct {
+		uint64_t capacity, chunk_mib;
+	} cases[] = {
+		{0, 256},           {1, 256},         {256 << 20, 256},
+		{1ull << 30, 256},  {6ull << 30, 1536}, {(6ull << 30) + 4, 1538},
+		{8ull << 30, 2048}, {1ull << 40, 2048},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		ASSERT_EQ_MSG(kvl__hostmem_chunk_bytes(cases[i].capacity),
+		              cases[i].chunk_mib * mib, "capacity %llu",
+		              (unsigned long long)cases[i].capacity);
+}
+
 /* Random allocations and frees of three lengths: no block overlaps
  * another live one, each stays intact until freed. */
 static void test_model(void **state)
@@ -245,6 +266,7 @@ int main(void)
 		cmocka_unit_test(test_reserve_pins_ahead),
 		cmocka_unit_test(test_allocator_refuses),
 		cmocka_unit_test(test_model),
+		cmocka_unit_test(test_chunk_bytes_follow_capacity),
 	};
 	return cmocka_run_group_tests_name("arena", tests, NULL, NULL);
 }

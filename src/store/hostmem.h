@@ -36,8 +36,17 @@ typedef struct kvl__hostmem {
 } kvl__hostmem;
 
 /* pinned: 1 to ask for pinned memory; it is granted only with CUDA and a
- * usable device (h->pinned says which). keep: plain mode's reuse bound. */
-void kvl__hostmem_init(kvl__hostmem *h, int pinned, size_t keep);
+ * usable device (h->pinned says which). keep: plain mode's reuse bound.
+ * capacity: the store's, which sizes pinned chunks
+ * (kvl__hostmem_chunk_bytes). */
+void kvl__hostmem_init(kvl__hostmem *h, int pinned, size_t keep,
+                       uint64_t capacity);
+/* Bytes of each pinned chunk of a store of `capacity` bytes: a quarter of
+ * it, from 256 MiB to 2 GiB, a whole number of 2 MiB pages. The arena pins
+ * chunks as lengths need them, so a store pins at most its capacity plus
+ * about one chunk per object length (a chunk serves one length until all
+ * of its blocks are free again). */
+size_t kvl__hostmem_chunk_bytes(uint64_t capacity);
 void kvl__hostmem_destroy(kvl__hostmem *h);
 /* Pins `bytes` ahead (pinned mode), so that first puts do not pay for
  * pinning. 0, or KVL_ENOMEM when CUDA refused. */

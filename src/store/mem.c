@@ -787,7 +787,8 @@ static int mem_open(kvl_store *store, kvl__uri *uri, void **impl,
 	                mem_node_cost);
 	kvl__hostmem_init(&m->slab.payloads, pinned,
 	                  capacity / 16 < MEM_KEEP_MAX ? capacity / 16
-	                                               : MEM_KEEP_MAX);
+	                                               : MEM_KEEP_MAX,
+	                  capacity);
 	if (prealloc &&
 	    kvl__hostmem_prealloc(&m->slab.payloads, (size_t)capacity)) {
 		kvl__hostmem_destroy(&m->slab.payloads);
