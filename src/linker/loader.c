@@ -53,15 +53,15 @@ static void finish_unfinished(kvl_linker *lk)
 	if (!b)
 		return;
 	uint32_t layer = lk->unfinished.layer;
-	int ferr = lk->async->finish_layer(lk, layer);
+	int err = lk->unfinished.err;
 	lk->unfinished.b = NULL;
-	layer_done(lk, b, layer, lk->unfinished.err ? lk->unfinished.err : ferr);
+	int ferr = lk->async->finish_layer(lk, layer);
+	layer_done(lk, b, layer, err ? err : ferr);
 }
 
 void kvl__lk_loader_poll(kvl_linker *lk)
 {
-	if (lk->unfinished.b &&
-	    lk->async->landed(lk, lk->unfinished.layer) == 1)
+	if (lk->unfinished.b && lk->async->landed(lk, lk->unfinished.layer))
 		finish_unfinished(lk);
 }
 
@@ -136,8 +136,7 @@ static void run_batch(kvl_linker *lk, lk_batch *b)
 		lk->unfinished.layer = layer;
 		lk->unfinished.err = err;
 	}
-	if (lk->async)
-		finish_unfinished(lk);
+	finish_unfinished(lk); /* the last layer (none without async) */
 	for (size_t i = 0; i < lk->n_paths; i++)
 		if (lk->paths[i]->end_batch)
 			lk->paths[i]->end_batch(lk, b);
