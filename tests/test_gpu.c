@@ -512,6 +512,7 @@ static void dma_loads(kvl_layout *l, uint32_t gpu_copy, uint32_t staging,
 	kvl__view v3;
 	int r3 = 0;
 	EXPECT_CODE(kvl__store_peek(st, &kp[3], 1, &v3, &r3), 0);
+	EXPECT_EQ_MSG(r3, 1, "page 3 to forge is not in the store");
 	if (r3 == 1) {
 		((uint8_t *)v3.data)[32] ^= 1;
 		fail_in_run(lk, pages, dst, src, 3, KVL_ECORRUPT, "forged");
