@@ -117,6 +117,7 @@ struct kvl_store {
 
 extern const kvl__store_ops kvl__store_mem_ops;
 extern const kvl__store_ops kvl__store_fault_ops;
+extern const kvl__store_ops kvl__store_file_ops;
 extern const kvl__store_ops kvl__store_redis_ops; /* when KVL_HAVE_REDIS */
 extern const kvl__store_ops kvl__store_rediss_ops; /* the same, over TLS */
 extern const kvl__store_ops kvl__store_mooncake_ops;
