@@ -77,6 +77,9 @@ static struct backend backends[] = {
 	  BK_EXACT_LRU | BK_EXACT_STATS | BK_FRESH_DIR },
 	{ "file-pread", NULL, "file:%s?capacity=%llu&io=pread",
 	  BK_EXACT_LRU | BK_EXACT_STATS | BK_FRESH_DIR },
+	/* Buffered I/O, as on a file system that refuses O_DIRECT. */
+	{ "file-buffered", NULL, "file:%s?capacity=%llu&direct=0",
+	  BK_EXACT_LRU | BK_EXACT_STATS | BK_FRESH_DIR },
 };
 
 /* Where the file store's directories go (made in main). */
@@ -1436,7 +1439,7 @@ int main(void)
 	};
 	int failed = cmocka_run_group_tests_name("store", common, NULL, NULL);
 	file_root = tmpdir_make("test-store");
-	static char file_uris[2][4096 + 64];
+	static char file_uris[3][4096 + 64];
 	for (size_t i = 0, f = 0; i < sizeof backends / sizeof backends[0]; i++)
 		if (backends[i].flags & BK_FRESH_DIR) {
 			char *dir = tmpdir_sub(file_root, backends[i].name);

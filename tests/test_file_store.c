@@ -1,0 +1,645 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * test_file_store.c — what the file: store promises beyond the contract
+ * every store keeps (test_store.c runs that on it): bad directories and
+ * options, processes sharing one directory at once, a writer killed with
+ * SIGKILL at random moments, a restart, the capacity held across
+ * processes with LRU order between them, damaged object and index files,
+ * and a tmpfs directory (where O_DIRECT may be refused).
+ *
+ * Processes are forked children that open the store themselves (a handle
+ * belongs to the process that opened it) and report through their exit
+ * status; every byte they read is compared with the pattern it must have.
+ * Each test works in a throwaway directory under $TMPDIR.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "support/kvl_assert.h"
+#include "support/rand.h"
+#include "support/stores.h"
+#include "support/tmpdir.h"
+
+#include "kvlink.h"
+
+/* --------------------------------------------------------------- helpers */
+
+/* Object i's length: 1 to ~300 KiB, often not a multiple of a page. */
+static size_t obj_len(unsigned i)
+{
+	return 1 + (size_t)(i * 7919u % 300) * 1021u;
+}
+
+static void obj_key(char *buf, size_t n, unsigned i)
+{
+	snprintf(buf, n, "obj/%u", i);
+}
+
+static char *uri_of(const char *dir, const char *opts)
+{
+	size_t n = strlen(dir) + (opts ? strlen(opts) : 0) + 8;
+	char *u = malloc(n);
+	assert_non_null(u);
+	snprintf(u, n, "file:%s%s%s", dir, opts ? "?" : "", opts ? opts : "");
+	return u;
+}
+
+static kvl_store *open_dir(const char *dir, const char *opts)
+{
+	char *u = uri_of(dir, opts);
+	kvl_store *s = open_ok(u);
+	free(u);
+	return s;
+}
+
+/* In a child: opens the store or exits with 100. */
+static kvl_store *child_open(const char *dir, const char *opts)
+{
+	char *u = uri_of(dir, opts);
+	kvl_store *s = NULL;
+	char eb[512];
+	if (kvl_store_open(u, &s, eb, sizeof eb)) {
+		fprintf(stderr, "child: open %s: %s\n", u, eb);
+		_exit(100);
+	}
+	free(u);
+	return s;
+}
+
+/* Stores object i (pattern seed i): the put's result. */
+static int put_obj(kvl_store *s, unsigned i)
+{
+	char key[32];
+	obj_key(key, sizeof key, i);
+	size_t len = obj_len(i);
+	uint8_t *p = malloc(len);
+	if (!p)
+		return KVL_ENOMEM;
+	fill_pattern(p, len, i);
+	kvl_iov iov = {p, len};
+	size_t one = 1;
+	int res = -100;
+	if (kvl_store_put(s, (const char *[]){key}, 1, &iov, &one, &res))
+		res = -101;
+	free(p);
+	return res;
+}
+
+/* Reads object i whole: 1 found with exactly its bytes, 0 absent, -1
+ * wrong bytes or an unexpected result (said on stderr). */
+static int check_obj(kvl_store *s, unsigned i)
+{
+	char key[32];
+	obj_key(key, sizeof key, i);
+	size_t len = obj_len(i);
+	uint8_t *want = malloc(len), *got = malloc(len + 1);
+	if (!want || !got)
+		return -1;
+	fill_pattern(want, len, i);
+	kvl_range r = {0, got, len};
+	size_t one = 1;
+	int res = -100, out;
+	if (kvl_store_get(s, (const char *[]){key}, 1, &r, &one, &res))
+		res = -101;
+	if (res == KVL_ENOTFOUND)
+		out = 0;
+	else if (res == 0 && memcmp(want, got, len) == 0)
+		out = 1;
+	else {
+		fprintf(stderr, "%s: result %d (%s)%s\n", key, res,
+		        kvl_store_errmsg(s),
+		        res == 0 ? ", wrong bytes" : "");
+		out = -1;
+	}
+	free(want);
+	free(got);
+	return out;
+}
+
+static int wait_child(pid_t pid)
+{
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 200 + WTERMSIG(st);
+}
+
+/* Files under dir/sub's subdirectories (data/XX) or in it (tmp). */
+static unsigned count_files(const char *dir, const char *sub)
+{
+	char p[4200];
+	unsigned n = 0;
+	snprintf(p, sizeof p, "%s/%s", dir, sub);
+	DIR *d = opendir(p);
+	if (!d)
+		return 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.') {
+			if (strcmp(sub, "data") == 0) {
+				char s2[4300];
+				snprintf(s2, sizeof s2, "data/%s", de->d_name);
+				n += count_files(dir, s2);
+			} else {
+				n++;
+			}
+		}
+	closedir(d);
+	return n;
+}
+
+/* The path of the one object file of a store that holds one object. */
+static void only_file(const char *dir, char *out, size_t n)
+{
+	for (int x = 0; x < 256; x++) {
+		char p[4000];
+		snprintf(p, sizeof p, "%s/data/%02x", dir, x);
+		DIR *d = opendir(p);
+		assert_non_null(d);
+		struct dirent *de;
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.') {
+				snprintf(out, n, "%s/%s", p, de->d_name);
+				closedir(d);
+				return;
+			}
+		closedir(d);
+	}
+	fail_msg("no object file in %s", dir);
+}
+
+#define ASSERT_NOT_CONTAINS(hay, needle)                                   \
+	ASSERT_TRUE_MSG(!strstr(hay, needle), "\"%s\" contains \"%s\"",  \
+	                hay, needle)
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* ------------------------------------------------------------ bad opens */
+
+static void test_bad_open(void **state)
+{
+	(void)state;
+	char *root = tmpdir_make("file-open");
+	char p[4200];
+	snprintf(p, sizeof p, "%s/plain", root);
+	FILE *fp = fopen(p, "w");
+	assert_non_null(fp);
+	fclose(fp);
+	char u[4400];
+	snprintf(u, sizeof u, "file:%s/missing?capacity=1MiB", root);
+	open_fails(u, KVL_EIO, "must exist");
+	snprintf(u, sizeof u, "file:%s/plain?capacity=1MiB", root);
+	open_fails(u, KVL_EINVAL, "not a directory");
+	snprintf(u, sizeof u, "file:%s?capacity=0", root);
+	open_fails(u, KVL_EPARSE, "capacity=0");
+	snprintf(u, sizeof u, "file:%s?capacity=12Q", root);
+	open_fails(u, KVL_EPARSE, "capacity=12Q");
+	snprintf(u, sizeof u, "file:%s", root);
+	open_fails(u, KVL_EPARSE, "capacity=SIZE");
+	snprintf(u, sizeof u, "file:%s?capacity=1MiB&bogus=1", root);
+	open_fails(u, KVL_EPARSE, "unknown option 'bogus'");
+	snprintf(u, sizeof u, "file:%s?capacity=1MiB&io=aio", root);
+	open_fails(u, KVL_EPARSE, "io=aio");
+	snprintf(u, sizeof u, "file:%s?capacity=1MiB&max_objects=0", root);
+	open_fails(u, KVL_EPARSE, "max_objects=0");
+	open_fails("file://host/dir?capacity=1MiB", KVL_EPARSE, "host");
+	open_fails("file:?capacity=1MiB", KVL_EPARSE, "absolute");
+
+	/* Made once; the geometry stays, the capacity may change. */
+	char *made = root;
+	root = tmpdir_sub(made, "made");
+	kvl_store *s = open_dir(root, "capacity=1MiB&max_objects=5000");
+	kvl_store_close(s);
+	snprintf(u, sizeof u, "file:%s?max_objects=6000", root);
+	open_fails(u, KVL_EINVAL, "max_objects=5000");
+	s = open_dir(root, NULL); /* keeps the directory's capacity */
+	ASSERT_U64(store_stats(s).capacity, 1u << 20);
+	assert_string_equal(kvl_store_errmsg(s), "");
+	kvl_store_close(s);
+	s = open_dir(root, "capacity=2MiB");
+	ASSERT_U64(store_stats(s).capacity, 2u << 20);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "capacity changed");
+	kvl_store_close(s);
+
+	/* A handle belongs to its process: a forked child reopens. */
+	s = open_dir(root, NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int r = exists1_rc(s, "k");
+		_exit(r == KVL_EINVAL ? 0 : 1);
+	}
+	ASSERT_EQ(wait_child(pid), 0);
+	ASSERT_EQ(exists1(s, "k"), 0);
+	kvl_store_close(s);
+	free(root);
+	tmpdir_remove(made);
+}
+
+/* -------------------------------------------- two processes at once */
+
+#define SHARE_N 300
+
+static void test_two_processes(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-share");
+	kvl_store_close(open_dir(dir, "capacity=1GiB"));
+	pid_t w = fork();
+	if (w == 0) { /* writes every object, reading back others' too */
+		kvl_store *s = child_open(dir, NULL);
+		int bad = 0;
+		for (unsigned i = 0; i < SHARE_N; i++) {
+			int r = put_obj(s, i);
+			bad += r != KVL_PUT_STORED && r != KVL_PUT_PRESENT;
+			bad += check_obj(s, i) != 1;
+			bad += check_obj(s, SHARE_N - 1 - i) < 0;
+		}
+		kvl_store_close(s);
+		_exit(bad ? 1 : 0);
+	}
+	pid_t r = fork();
+	if (r == 0) { /* reads while the other writes; writes the top half */
+		kvl_store *s = child_open(dir, "io=pread");
+		int bad = 0;
+		unsigned seen = 0;
+		uint64_t rs = 7;
+		for (unsigned round = 0; round < 3 * SHARE_N; round++) {
+			int c = check_obj(s, rand_below(&rs, SHARE_N));
+			bad += c < 0;
+			seen += c == 1;
+			if (round % 3 == 0) {
+				int p = put_obj(s, SHARE_N / 2 +
+				                   rand_below(&rs, SHARE_N / 2));
+				bad += p != KVL_PUT_STORED &&
+				       p != KVL_PUT_PRESENT;
+			}
+		}
+		kvl_store_close(s);
+		_exit(bad ? 1 : seen ? 0 : 2);
+	}
+	ASSERT_EQ(wait_child(w), 0);
+	ASSERT_EQ(wait_child(r), 0);
+	/* Both see all of it; the other's puts are this one's present. */
+	kvl_store *s = open_dir(dir, NULL);
+	for (unsigned i = 0; i < SHARE_N; i++) {
+		ASSERT_EQ_MSG(check_obj(s, i), 1, "object %u", i);
+		ASSERT_CODE(put_obj(s, i), KVL_PUT_PRESENT);
+	}
+	ASSERT_U64(store_stats(s).objects, SHARE_N);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+}
+
+/* ------------------------------------------------------- kill -9, restart */
+
+#define KILL_ROUNDS 8
+#define KILL_N 400
+
+static void test_kill_writer(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-kill");
+	/* Capacity for about 60 objects: the writer evicts as it goes. */
+	kvl_store_close(open_dir(dir, "capacity=10MiB"));
+	uint64_t rs = (uint64_t)getpid();
+	for (int round = 0; round < KILL_ROUNDS; round++) {
+		pid_t w = fork();
+		if (w == 0) {
+			kvl_store *s = child_open(dir, NULL);
+			for (unsigned i = 0;; i = (i + 1) % KILL_N) {
+				put_obj(s, i);
+				if (i % 5 == 0) { /* and removes some */
+					char key[32];
+					obj_key(key, sizeof key, (i * 13) % KILL_N);
+					remove1_rc(s, key);
+				}
+			}
+		}
+		usleep(1000 * (5 + rand_below(&rs, 60)));
+		kill(w, SIGKILL);
+		ASSERT_EQ(wait_child(w), 200 + SIGKILL);
+	}
+	/* Every object that reads as present has exactly its bytes; the
+	 * index stays within its capacity. */
+	kvl_store *s = open_dir(dir, NULL);
+	unsigned present = 0;
+	for (unsigned i = 0; i < KILL_N; i++) {
+		int c = check_obj(s, i);
+		ASSERT_TRUE_MSG(c >= 0, "object %u read wrong", i);
+		present += (unsigned)c;
+	}
+	kvl_store_stats st = store_stats(s);
+	print_message("    %u objects present after %d kills (%" PRIu64
+	              " in the index); note: %s\n",
+	              present, KILL_ROUNDS, st.objects, kvl_store_errmsg(s));
+	assert_true(present > 0);
+	assert_true(st.bytes <= st.capacity);
+	/* The open was alone: it swept what the writers left (files no
+	 * entry names, temporary files) in the background. */
+	double t0 = now_s();
+	unsigned files;
+	while ((files = count_files(dir, "data")) != st.objects &&
+	       now_s() - t0 < 10)
+		usleep(10000);
+	ASSERT_U64(files, st.objects);
+	ASSERT_EQ(count_files(dir, "tmp"), 0);
+	kvl_store_close(s);
+
+	/* A clean restart finds the same objects and repairs nothing. */
+	s = open_dir(dir, NULL);
+	assert_string_equal(kvl_store_errmsg(s), "");
+	unsigned again = 0;
+	for (unsigned i = 0; i < KILL_N; i++) {
+		int c = check_obj(s, i);
+		ASSERT_TRUE(c >= 0);
+		again += (unsigned)c;
+	}
+	ASSERT_EQ(again, present);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+}
+
+static void test_restart(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-restart");
+	const unsigned n = 2000;
+	kvl_store *s = open_dir(dir, "capacity=4GiB");
+	for (unsigned i = 0; i < n; i++)
+		ASSERT_CODE(put_obj(s, i), KVL_PUT_STORED);
+	kvl_store_close(s);
+	double t0 = now_s();
+	s = open_dir(dir, NULL);
+	double open_ms = (now_s() - t0) * 1e3;
+	print_message("    reopened with %u objects in %.2f ms\n", n, open_ms);
+	assert_string_equal(kvl_store_errmsg(s), ""); /* no repair */
+	ASSERT_U64(store_stats(s).objects, n);
+	for (unsigned i = 0; i < n; i++)
+		ASSERT_EQ_MSG(check_obj(s, i), 1, "object %u", i);
+	/* A layer-like range read after the restart. */
+	char key[32];
+	obj_key(key, sizeof key, 7);
+	uint8_t *want = pattern(obj_len(7), 7), got[100];
+	ASSERT_EQ(get1(s, key, obj_len(7) - 100, got, 100), 100);
+	assert_memory_equal(got, want + obj_len(7) - 100, 100);
+	free(want);
+	kvl_store_close(s);
+
+	/* A process that died with the store open leaves it unclean: the
+	 * next lone open repairs and keeps every object. */
+	pid_t c = fork();
+	if (c == 0) {
+		kvl_store *cs = child_open(dir, NULL);
+		(void)cs;
+		raise(SIGKILL);
+	}
+	ASSERT_EQ(wait_child(c), 200 + SIGKILL);
+	s = open_dir(dir, NULL);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "repaired");
+	ASSERT_U64(store_stats(s).objects, n);
+	for (unsigned i = 0; i < n; i += 97)
+		ASSERT_EQ(check_obj(s, i), 1);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+}
+
+/* ------------------------------------------------ capacity, LRU order */
+
+static void test_capacity_two_processes(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-cap");
+	const uint64_t cap = 4u << 20;
+	kvl_store_close(open_dir(dir, "capacity=4MiB"));
+	pid_t kids[2];
+	for (int k = 0; k < 2; k++) {
+		kids[k] = fork();
+		if (kids[k] == 0) {
+			kvl_store *s = child_open(dir, NULL);
+			int bad = 0;
+			for (unsigned i = 0; i < 300; i++) {
+				int r = put_obj(s, 1000 * (unsigned)(k + 1) + i);
+				bad += r != KVL_PUT_STORED;
+				kvl_store_stats st;
+				kvl_store_stats_get(s, &st);
+				bad += st.bytes > st.capacity;
+			}
+			kvl_store_close(s);
+			_exit(bad ? 1 : 0);
+		}
+	}
+	for (int k = 0; k < 2; k++)
+		ASSERT_EQ(wait_child(kids[k]), 0);
+	kvl_store *s = open_dir(dir, NULL);
+	kvl_store_stats st = store_stats(s);
+	assert_true(st.bytes <= cap);
+	assert_true(st.objects > 0);
+	/* Files on disk: those of the index (evicted ones were unlinked). */
+	ASSERT_U64(count_files(dir, "data"), st.objects);
+	kvl_store_close(s);
+
+	/* LRU across processes: a read in another process protects. */
+	char *d2 = tmpdir_make("file-lru");
+	const size_t len = 100000;
+	char u[4400];
+	/* Room for three objects of len bytes and their header pages. */
+	snprintf(u, sizeof u, "capacity=%zu", 3 * (len + 4096) + 10);
+	kvl_store_close(open_dir(d2, u));
+	uint8_t *p = pattern(len, 3), got[16];
+	s = open_dir(d2, NULL);
+	ASSERT_CODE(put1(s, "a", p, len), KVL_PUT_STORED);
+	ASSERT_CODE(put1(s, "b", p, len), KVL_PUT_STORED);
+	ASSERT_CODE(put1(s, "c", p, len), KVL_PUT_STORED);
+	pid_t r = fork();
+	if (r == 0) {
+		kvl_store *cs = child_open(d2, NULL);
+		_exit(get1_rc(cs, "a", 0, got, 16) == 16 ? 0 : 1);
+	}
+	ASSERT_EQ(wait_child(r), 0);
+	ASSERT_CODE(put1(s, "d", p, len), KVL_PUT_STORED);
+	ASSERT_EQ(exists1(s, "a"), 1);
+	ASSERT_EQ(exists1(s, "b"), 0); /* the least recently used */
+	ASSERT_EQ(exists1(s, "c"), 1);
+	ASSERT_U64(store_stats(s).evictions, 1);
+	free(p);
+	kvl_store_close(s);
+	tmpdir_remove(d2);
+	tmpdir_remove(dir);
+}
+
+/* --------------------------------------------------------- damaged files */
+
+static void flip_byte(const char *path, off_t at)
+{
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	uint8_t b;
+	ASSERT_EQ(pread(fd, &b, 1, at), 1);
+	b ^= 0x40;
+	ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
+	close(fd);
+}
+
+static void test_damaged(void **state)
+{
+	(void)state;
+	const size_t len = 50000;
+	uint8_t *p = pattern(len, 5), *got = malloc(len);
+	assert_non_null(got);
+	char f[4300];
+	static const char *const how[] = {"payload", "header", "truncated"};
+	for (int h = 0; h < 3; h++) {
+		char *dir = tmpdir_make("file-damage");
+		kvl_store *s = open_dir(dir, "capacity=16MiB");
+		ASSERT_CODE(put1(s, "k", p, len), KVL_PUT_STORED);
+		only_file(dir, f, sizeof f);
+		if (h == 0)
+			flip_byte(f, 4096 + 30000);
+		else if (h == 1)
+			flip_byte(f, 70); /* in the key */
+		else
+			ASSERT_EQ(truncate(f, 4096 + 20000), 0);
+		/* A range in an untouched block still reads (payload). */
+		if (h == 0) {
+			ASSERT_EQ(get1(s, "k", 0, got, 1000), 1000);
+			assert_memory_equal(got, p, 1000);
+		}
+		memset(got, 0, len);
+		ASSERT_CODE_MSG(get1(s, "k", 0, got, len), KVL_ENOTFOUND,
+		                "damaged %s", how[h]);
+		ASSERT_CONTAINS(kvl_store_errmsg(s), "removed");
+		ASSERT_EQ(exists1(s, "k"), 0);
+		ASSERT_U64(store_stats(s).objects, 0);
+		ASSERT_EQ(count_files(dir, "data"), 0);
+		/* It can be stored again. */
+		ASSERT_CODE(put1(s, "k", p, len), KVL_PUT_STORED);
+		ASSERT_EQ(get1(s, "k", 0, got, len), (int64_t)len);
+		assert_memory_equal(got, p, len);
+		kvl_store_close(s);
+		tmpdir_remove(dir);
+	}
+
+	/* The index: not ours, or cut short: a clear error at open. */
+	char *dir = tmpdir_make("file-damage-ix");
+	kvl_store_close(open_dir(dir, "capacity=16MiB"));
+	char ix[4300], u[4400];
+	snprintf(ix, sizeof ix, "%s/kvlink.index", dir);
+	snprintf(u, sizeof u, "file:%s", dir);
+	ASSERT_EQ(truncate(ix, 8192), 0);
+	open_fails(u, KVL_EINVAL, "not a kvlink file-store index");
+	flip_byte(ix, 0);
+	open_fails(u, KVL_EINVAL, "not a kvlink file-store index");
+	tmpdir_remove(dir);
+
+	/* Entries scribbled over after an unclean end: the repair keeps what
+	 * looks sane, and reads check every object against its file. */
+	dir = tmpdir_make("file-damage-entries");
+	kvl_store *s = open_dir(dir, "capacity=64MiB");
+	for (unsigned i = 0; i < 100; i++)
+		ASSERT_CODE(put_obj(s, i), KVL_PUT_STORED);
+	kvl_store_close(s);
+	pid_t c = fork();
+	if (c == 0) {
+		child_open(dir, NULL);
+		raise(SIGKILL);
+	}
+	ASSERT_EQ(wait_child(c), 200 + SIGKILL);
+	snprintf(ix, sizeof ix, "%s/kvlink.index", dir);
+	int fd = open(ix, O_RDWR);
+	assert_true(fd >= 0);
+	uint64_t rs = 11;
+	for (int k = 0; k < 400; k++) { /* single bytes of 100 entries */
+		uint8_t b = (uint8_t)splitmix64(&rs);
+		off_t at = 4096 + (off_t)rand_below(&rs, 100 * 48);
+		ASSERT_EQ(pwrite(fd, &b, 1, at), 1);
+	}
+	close(fd);
+	s = open_dir(dir, NULL);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "repaired");
+	unsigned ok = 0;
+	for (unsigned i = 0; i < 100; i++) {
+		int r = check_obj(s, i);
+		ASSERT_TRUE_MSG(r >= 0, "object %u", i);
+		ok += (unsigned)r;
+	}
+	print_message("    %u of 100 objects still read after the scribbles\n",
+	              ok);
+	assert_true(store_stats(s).bytes <= store_stats(s).capacity);
+	for (unsigned i = 0; i < 100; i++) /* the store goes on working */
+		ASSERT_TRUE(put_obj(s, 200 + i) >= 0);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+	free(got);
+	free(p);
+}
+
+/* ------------------------------------------- tmpfs: buffered, said so */
+
+static void test_tmpfs(void **state)
+{
+	(void)state;
+	struct stat st;
+	if (stat("/dev/shm", &st) || !S_ISDIR(st.st_mode) ||
+	    access("/dev/shm", W_OK))
+		skip(); /* no tmpfs here to try */
+	char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+	setenv("TMPDIR", "/dev/shm", 1);
+	char *dir = tmpdir_make("file-tmpfs");
+	if (old)
+		setenv("TMPDIR", old, 1);
+	else
+		unsetenv("TMPDIR");
+	free(old);
+	/* tmpfs takes O_DIRECT from Linux 6.6 on; before, the store says
+	 * that it does buffered I/O, in its message and its stats. */
+	kvl_store *s = open_dir(dir, "capacity=16MiB");
+	char buf[4096];
+	size_t need = 0;
+	ASSERT_CODE(kvl_store_stats_render(s, KVL_STATS_JSON, buf, sizeof buf,
+	                                   &need),
+	            0);
+	if (strstr(kvl_store_errmsg(s), "O_DIRECT"))
+		ASSERT_CONTAINS(buf, "buffered I/O");
+	else
+		ASSERT_NOT_CONTAINS(buf, "note");
+	for (unsigned i = 0; i < 50; i++)
+		ASSERT_CODE(put_obj(s, i), KVL_PUT_STORED);
+	for (unsigned i = 0; i < 50; i++)
+		ASSERT_EQ(check_obj(s, i), 1);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_open),
+		cmocka_unit_test(test_two_processes),
+		cmocka_unit_test(test_kill_writer),
+		cmocka_unit_test(test_restart),
+		cmocka_unit_test(test_capacity_two_processes),
+		cmocka_unit_test(test_damaged),
+		cmocka_unit_test(test_tmpfs),
+	};
+	return cmocka_run_group_tests_name("file_store", tests, NULL, NULL);
+}
