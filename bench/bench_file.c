@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench_file.c — the file: store against raw O_DIRECT reads of the same
+ * files, and its open time with many objects.
+ *
+ *   open   puts N small objects, closes the store, and times the reopen
+ *          (a warm restart: no rescan) and one existence query of each;
+ *   read   puts M objects of SIZE bytes, then, best of a few repetitions,
+ *          reads them whole with kvl_store_get in batches of 8 (through
+ *          io_uring, then io=pread), and reads the same files' payloads
+ *          with O_DIRECT preads of the same sizes from an aligned buffer,
+ *          one file after another; prints GB/s and get/raw (target >= 0.9).
+ *
+ * Usage: bench_file DIR [--objects N] [--size KIB] [--count M]
+ *   DIR       an empty directory on the device to measure (it is filled)
+ *   --objects objects for the open measurement (default 100000)
+ *   --size    object size for the read measurement (default 4096 KiB)
+ *   --count   objects read (default 256)
+ * Not a test: nothing here fails on a slow machine.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvlink.h"
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static kvl_store *open_or_die(const char *uri)
+{
+	kvl_store *s;
+	char eb[512];
+	if (kvl_store_open(uri, &s, eb, sizeof eb)) {
+		fprintf(stderr, "bench_file: %s: %s\n", uri, eb);
+		exit(1);
+	}
+	return s;
+}
+
+static void put_or_die(kvl_store *s, const char *key, void *p, size_t len)
+{
+	kvl_iov iov = {p, len};
+	size_t one = 1;
+	int r;
+	if (kvl_store_put(s, &key, 1, &iov, &one, &r) || r < 0) {
+		fprintf(stderr, "bench_file: put %s: %s\n", key,
+		        kvl_store_errmsg(s));
+		exit(1);
+	}
+}
+
+/* Reads every object whole, 8 per call: seconds taken. */
+static double read_store(const char *uri, unsigned m, size_t size,
+                         uint8_t *dst)
+{
+	kvl_store *s = open_or_die(uri);
+	char names[8][32];
+	const char *keys[8];
+	kvl_range rg[8];
+	size_t nr[8];
+	int res[8];
+	double t0 = now_s();
+	for (unsigned i = 0; i < m; i += 8) {
+		unsigned n = m - i < 8 ? m - i : 8;
+		for (unsigned k = 0; k < n; k++) {
+			snprintf(names[k], sizeof names[k], "big/%u", i + k);
+			keys[k] = names[k];
+			rg[k] = (kvl_range){0, dst + (size_t)k * size, size};
+			nr[k] = 1;
+		}
+		if (kvl_store_get(s, keys, n, rg, nr, res) || res[0]) {
+			fprintf(stderr, "bench_file: get: %s\n",
+			        kvl_store_errmsg(s));
+			exit(1);
+		}
+	}
+	double t = now_s() - t0;
+	kvl_store_close(s);
+	return t;
+}
+
+/* O_DIRECT preads of each object file's payload: seconds taken. */
+static double read_raw(const char *dir, size_t size, uint8_t *buf,
+                       unsigned m)
+{
+	double t0 = now_s();
+	unsigned done = 0;
+	size_t padded = (size + 4095) / 4096 * 4096;
+	for (int x = 0; x < 256; x++) {
+		char p[4400];
+		snprintf(p, sizeof p, "%.4096s/data/%02x", dir, x);
+		DIR *d = opendir(p);
+		struct dirent *de;
+		while (d && (de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			char f[4800];
+			snprintf(f, sizeof f, "%s/%s", p, de->d_name);
+			int fd = open(f, O_RDONLY | O_DIRECT);
+			struct stat st;
+			if (fd < 0 || fstat(fd, &st) ||
+			    (size_t)st.st_size != padded + 4096) {
+				if (fd >= 0)
+					close(fd);
+				continue;
+			}
+			if (pread(fd, buf, padded, 4096) != (ssize_t)padded) {
+				perror("bench_file: raw pread");
+				exit(1);
+			}
+			close(fd);
+			done++;
+		}
+		if (d)
+			closedir(d);
+	}
+	if (done != m)
+		fprintf(stderr, "bench_file: raw read %u files, not %u\n", done,
+		        m);
+	return now_s() - t0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: bench_file DIR [--objects N] "
+		                "[--size KIB] [--count M]\n");
+		return 2;
+	}
+	const char *dir = argv[1];
+	unsigned long objects = 100000, count = 256;
+	size_t size = 4096u << 10;
+	for (int i = 2; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--objects"))
+			objects = strtoul(argv[i + 1], NULL, 10);
+		else if (!strcmp(argv[i], "--size"))
+			size = strtoul(argv[i + 1], NULL, 10) << 10;
+		else if (!strcmp(argv[i], "--count"))
+			count = strtoul(argv[i + 1], NULL, 10);
+	}
+	char sub[4200], uri[4400];
+
+	/* Open time with many objects. */
+	snprintf(sub, sizeof sub, "%s/open", dir);
+	mkdir(sub, 0755);
+	snprintf(uri, sizeof uri, "file:%s?capacity=1TiB&max_objects=%lu", sub,
+	         objects + 1024);
+	kvl_store *s = open_or_die(uri);
+	char key[32], small[1024] = {1};
+	double t0 = now_s();
+	for (unsigned long i = 0; i < objects; i++) {
+		snprintf(key, sizeof key, "small/%lu", i);
+		put_or_die(s, key, small, sizeof small);
+	}
+	double put_s = now_s() - t0;
+	kvl_store_close(s);
+	snprintf(uri, sizeof uri, "file:%s", sub);
+	t0 = now_s();
+	s = open_or_die(uri);
+	double open_s = now_s() - t0;
+	t0 = now_s();
+	for (unsigned long i = 0; i < objects; i++) {
+		snprintf(key, sizeof key, "small/%lu", i);
+		const char *k = key;
+		int r;
+		if (kvl_store_exists(s, &k, 1, &r) || r != 1) {
+			fprintf(stderr, "bench_file: %s lost\n", key);
+			return 1;
+		}
+	}
+	double exists_s = now_s() - t0;
+	kvl_store_close(s);
+	printf("open: %lu objects: put %.0f/s, reopen %.2f ms, first "
+	       "exists of each %.2f us\n",
+	       objects, objects / put_s, open_s * 1e3,
+	       exists_s / objects * 1e6);
+
+	/* Reads against raw O_DIRECT. */
+	snprintf(sub, sizeof sub, "%s/read", dir);
+	mkdir(sub, 0755);
+	snprintf(uri, sizeof uri, "file:%s?capacity=1TiB", sub);
+	uint8_t *buf = aligned_alloc(4096, 8 * size + 4096);
+	if (!buf)
+		return 1;
+	for (size_t i = 0; i < 8 * size; i++)
+		buf[i] = (uint8_t)(i * 131);
+	s = open_or_die(uri);
+	for (unsigned long i = 0; i < count; i++) {
+		snprintf(key, sizeof key, "big/%lu", i);
+		put_or_die(s, key, buf, size);
+	}
+	kvl_store_close(s);
+	double best_u = 1e9, best_p = 1e9, best_r = 1e9;
+	char up[4500];
+	snprintf(up, sizeof up, "%s&io=pread", uri);
+	for (int rep = 0; rep < 3; rep++) {
+		double t = read_raw(sub, size, buf, (unsigned)count);
+		best_r = t < best_r ? t : best_r;
+		t = read_store(uri, (unsigned)count, size, buf);
+		best_u = t < best_u ? t : best_u;
+		t = read_store(up, (unsigned)count, size, buf);
+		best_p = t < best_p ? t : best_p;
+	}
+	double bytes = (double)count * (double)size;
+	printf("read: %lu objects of %zu KiB: raw O_DIRECT %.2f GB/s, get "
+	       "(io_uring) %.2f GB/s = %.2f x raw, get (pread) %.2f GB/s = "
+	       "%.2f x raw\n",
+	       count, size >> 10, bytes / best_r / 1e9, bytes / best_u / 1e9,
+	       best_r / best_u, bytes / best_p / 1e9, best_r / best_p);
+	free(buf);
+	return 0;
+}
