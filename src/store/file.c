@@ -205,6 +205,22 @@ static int file_lock(kvl_store *store, struct file_store *f, const char *fn)
 	return 0;
 }
 
+/* The hashes of keys [base, base + cn) of b (cn <= FILE_CHUNK), taken
+ * before the index lock so that it is held for lookups only. */
+typedef struct file_hashes {
+	uint64_t h1[FILE_CHUNK], h2[FILE_CHUNK];
+} file_hashes;
+
+static size_t file_hash_chunk(const kvl__batch *b, size_t base,
+                              file_hashes *hs)
+{
+	size_t cn = b->n - base < FILE_CHUNK ? b->n - base : FILE_CHUNK;
+	for (size_t i = 0; i < cn; i++)
+		file_key_hash(b->keys[base + i], strlen(b->keys[base + i]),
+		              &hs->h1[i], &hs->h2[i]);
+	return cn;
+}
+
 /* A call that stopped at key `from`: the rest fail with rc; the call
  * fails whole when nothing was done. */
 static int file_fail_rest(const kvl__batch *b, size_t from, int rc)
@@ -219,23 +235,25 @@ static int file_fail_rest(const kvl__batch *b, size_t from, int rc)
 static int file_exists(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct file_store *f = impl;
-	int rc = file_lock(store, f, b->fn);
-	if (rc < 0)
-		return rc;
-	unsigned long long hits = 0;
-	for (size_t i = 0; i < b->n; i++) {
-		uint64_t h1, h2;
-		file_key_hash(b->keys[i], strlen(b->keys[i]), &h1, &h2);
-		uint32_t e = kvl__fidx_find(&f->ix, h1, h2);
-		b->results[i] = e != FIDX_NONE;
-		if (e != FIDX_NONE) {
-			kvl__fidx_touch(&f->ix, e);
-			hits++;
+	file_hashes hs;
+	for (size_t base = 0; base < b->n; base += FILE_CHUNK) {
+		size_t cn = file_hash_chunk(b, base, &hs);
+		int rc = file_lock(store, f, b->fn);
+		if (rc < 0)
+			return file_fail_rest(b, base, rc);
+		unsigned long long hits = 0;
+		for (size_t i = 0; i < cn; i++) {
+			uint32_t e = kvl__fidx_find(&f->ix, hs.h1[i], hs.h2[i]);
+			b->results[base + i] = e != FIDX_NONE;
+			if (e != FIDX_NONE) {
+				kvl__fidx_touch(&f->ix, e);
+				hits++;
+			}
 		}
+		kvl__fidx_unlock(&f->ix);
+		f->hits += hits;
+		f->misses += cn - hits;
 	}
-	kvl__fidx_unlock(&f->ix);
-	f->hits += hits;
-	f->misses += b->n - hits;
 	return 0;
 }
 
@@ -259,17 +277,15 @@ static int file_remove(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct file_store *f = impl;
 	uint64_t gens[FILE_CHUNK];
+	file_hashes hs;
 	for (size_t base = 0; base < b->n; base += FILE_CHUNK) {
-		size_t cn = b->n - base < FILE_CHUNK ? b->n - base : FILE_CHUNK;
-		size_t ng = 0;
+		size_t cn = file_hash_chunk(b, base, &hs), ng = 0;
 		int rc = file_lock(store, f, b->fn);
 		if (rc < 0)
 			return file_fail_rest(b, base, rc);
-		for (size_t i = base; i < base + cn; i++) {
-			uint64_t h1, h2;
-			file_key_hash(b->keys[i], strlen(b->keys[i]), &h1, &h2);
-			uint32_t e = kvl__fidx_find(&f->ix, h1, h2);
-			b->results[i] = e != FIDX_NONE;
+		for (size_t i = 0; i < cn; i++) {
+			uint32_t e = kvl__fidx_find(&f->ix, hs.h1[i], hs.h2[i]);
+			b->results[base + i] = e != FIDX_NONE;
 			if (e != FIDX_NONE)
 				gens[ng++] = kvl__fidx_unlink(&f->ix, e);
 		}
@@ -395,8 +411,8 @@ static void file_copy_out(const file_key *k, const kvl__fio_req *rq,
  * get their results; found ones are touched and go into k[] (n_found). */
 static int file_get_find(kvl_store *store, struct file_store *f,
                          const kvl__batch *b, size_t base, size_t cn,
-                         size_t rg_at, file_key *k, size_t *kmap,
-                         size_t *n_found)
+                         const file_hashes *hs, size_t rg_at, file_key *k,
+                         size_t *kmap, size_t *n_found)
 {
 	int rc = file_lock(store, f, b->fn);
 	if (rc < 0)
@@ -409,8 +425,7 @@ static int file_get_find(kvl_store *store, struct file_store *f,
 		size_t nr = b->counts[i];
 		const kvl_range *rg = nr ? b->ranges + rg_at : NULL;
 		rg_at += nr;
-		uint64_t h1, h2;
-		file_key_hash(b->keys[i], strlen(b->keys[i]), &h1, &h2);
+		uint64_t h1 = hs->h1[i - base], h2 = hs->h2[i - base];
 		uint32_t e = kvl__fidx_find(&f->ix, h1, h2);
 		if (e == FIDX_NONE) {
 			b->results[i] = KVL_ENOTFOUND;
@@ -457,11 +472,12 @@ static int file_get(kvl_store *store, void *impl, const kvl__batch *b)
 	file_key k[FILE_CHUNK];
 	size_t kmap[FILE_CHUNK];
 	size_t rg_at = 0;
+	file_hashes hs;
 	for (size_t base = 0; base < b->n; base += FILE_CHUNK) {
-		size_t cn = b->n - base < FILE_CHUNK ? b->n - base : FILE_CHUNK;
+		size_t cn = file_hash_chunk(b, base, &hs);
 		size_t nk = 0, n_reqs = 0;
-		int rc = file_get_find(store, f, b, base, cn, rg_at, k, kmap,
-		                       &nk);
+		int rc = file_get_find(store, f, b, base, cn, &hs, rg_at, k,
+		                       kmap, &nk);
 		for (size_t i = base; i < base + cn; i++)
 			rg_at += b->counts[i];
 		if (rc < 0)
@@ -753,21 +769,20 @@ static int file_put(kvl_store *store, void *impl, const kvl__batch *b)
 	struct file_store *f = impl;
 	size_t pc_at = 0;
 	enum { PENDING = 2 };
+	file_hashes hs;
 	for (size_t base = 0; base < b->n; base += FILE_CHUNK) {
-		size_t cn = b->n - base < FILE_CHUNK ? b->n - base : FILE_CHUNK;
+		size_t cn = file_hash_chunk(b, base, &hs);
 		/* Keys already present are skipped before anything is
 		 * written. */
 		int rc = file_lock(store, f, b->fn);
 		if (rc < 0)
 			return file_fail_rest(b, base, rc);
-		for (size_t i = base; i < base + cn; i++) {
-			uint64_t h1, h2;
-			file_key_hash(b->keys[i], strlen(b->keys[i]), &h1, &h2);
-			b->results[i] = kvl__fidx_find(&f->ix, h1, h2) !=
-			                                FIDX_NONE
-			                        ? KVL_PUT_PRESENT
-			                        : PENDING;
-		}
+		for (size_t i = 0; i < cn; i++)
+			b->results[base + i] =
+				kvl__fidx_find(&f->ix, hs.h1[i], hs.h2[i]) !=
+				                FIDX_NONE
+				        ? KVL_PUT_PRESENT
+				        : PENDING;
 		kvl__fidx_unlock(&f->ix);
 		for (size_t i = base; i < base + cn; i++) {
 			size_t np = b->counts[i];
@@ -1007,13 +1022,16 @@ static int file_open(kvl_store *store, kvl__uri *uri, void **impl,
 	f->direct = direct;
 	file_probe(f);
 	kvl__fio_init(&f->io, strcmp(io, "uring") == 0, ionote, sizeof ionote);
-	int n = snprintf(store->note, sizeof store->note, "%s", ixnote);
-	if (ionote[0])
-		n += snprintf(store->note + n, sizeof store->note - (size_t)n,
-		              "%sfile: %s: %s", n ? "; " : "", f->dir, ionote);
-	if (direct && !f->direct)
-		snprintf(store->note + n, sizeof store->note - (size_t)n,
-		         "%sfile: %s does not take O_DIRECT (tmpfs?): buffered "
+	/* The notes, one after another, cut short where they do not fit. */
+	size_t n = 0, room = sizeof store->note;
+	n += (size_t)snprintf(store->note, room, "%s", ixnote);
+	if (ionote[0] && n < room)
+		n += (size_t)snprintf(store->note + n, room - n,
+		                      "%sfile: %.200s: %s", n ? "; " : "", f->dir,
+		                      ionote);
+	if (direct && !f->direct && n < room)
+		snprintf(store->note + n, room - n,
+		         "%sfile: %.200s does not take O_DIRECT (tmpfs?): buffered "
 		         "I/O through the page cache",
 		         n ? "; " : "", f->dir);
 	if (f->ix.sweep_below > 1 && !f->ix.created &&
