@@ -726,6 +726,20 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       replicas (1). Reads move whole objects; the linker reads every
  *       layer of a page at once. A master down at open is KVL_EIO. See
  *       docs/mooncake.md.
+ *   file:/path/to/dir[?capacity=SIZE][&max_objects=N][&io=uring|pread]
+ *       [&direct=0|1]
+ *       Object files in an existing local directory, shared by every
+ *       process of the node that opens it and kept across restarts.
+ *       capacity: bytes of objects, each costing its length plus 4 KiB
+ *       (required when the directory holds no store yet; later opens
+ *       keep it, or change it for every process). max_objects: the
+ *       index's size, fixed when it is made (default capacity / 16 KiB,
+ *       1024 to 4 M). io: reads through io_uring (default, where the
+ *       build and the kernel allow it) or preads. direct: O_DIRECT I/O
+ *       (default 1; buffered where the file system refuses it). Exact LRU
+ *       across processes. A missing directory is KVL_EIO, a path that is
+ *       not one KVL_EINVAL. A handle is its opener's: a forked child
+ *       opens its own. See docs/stores.md.
  *   fault+<URI>                         fault injection around any store
  *       (options prefixed fault.; see docs/stores.md)
  * Every store takes breaker=N (its circuit breaker: after N calls in a row
