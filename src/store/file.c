@@ -314,6 +314,7 @@ typedef struct file_key {
 	size_t nr;
 	size_t hdr_req; /* the read whose buffer starts with the header */
 	size_t first, n; /* its reads */
+	size_t left;     /* of them not yet completed */
 } file_key;
 
 /* Why key k's reads do not hold its object, or NULL when they do. */
@@ -453,7 +454,7 @@ static int file_get_find(kvl_store *store, struct file_store *f,
 		b->results[i] = 0;
 		kmap[*n_found] = i;
 		k[(*n_found)++] = (file_key){h1, h2, f->ix.e[e].gen, len, -1,
-		                             rg, nr, 0, 0, 0};
+		                             rg, nr, 0, 0, 0, 0};
 	}
 	kvl__fidx_unlock(&f->ix);
 	if (bad != SIZE_MAX)
@@ -464,6 +465,45 @@ static int file_get_find(kvl_store *store, struct file_store *f,
 		          (unsigned long long)bad_rg->offset, bad_rg->len,
 		          (unsigned long long)bad_len);
 	return 0;
+}
+
+/* What a get's completions need to finish its keys. */
+typedef struct file_get_ctx {
+	kvl_store *store;
+	struct file_store *f;
+	const kvl__batch *b;
+	file_key *k;
+	const size_t *kmap;
+	const kvl__fio_req *rq;
+	const file_span *sp;
+} file_get_ctx;
+
+/* Read r completed; when it was its key's last, the key is checked and
+ * copied out, or dropped as damaged. */
+static void file_get_done(void *arg, size_t r)
+{
+	file_get_ctx *c = arg;
+	file_key *k = &c->k[c->sp[r].key];
+	if (--k->left)
+		return;
+	size_t i = c->kmap[c->sp[r].key];
+	const char *why = file_check(k, c->rq, c->sp, c->b->keys[i]);
+	close(k->fd);
+	if (!why) {
+		file_copy_out(k, c->rq, c->sp);
+		return;
+	}
+	struct file_store *f = c->f;
+	char p[PATH_MAX];
+	file_path(f, k->gen, p, sizeof p);
+	file_drop(c->store, f, k->h1, k->h2, k->gen);
+	c->b->results[i] = KVL_ENOTFOUND;
+	f->hits--;
+	f->misses++;
+	f->errors++;
+	kvl__fail(&c->store->err, KVL_ENOTFOUND,
+	          "kvl_store_get: key \"%s\": %s: %s; the object was removed",
+	          c->b->keys[i], p, why);
 }
 
 static int file_get(kvl_store *store, void *impl, const kvl__batch *b)
@@ -538,26 +578,10 @@ static int file_get(kvl_store *store, void *impl, const kvl__batch *b)
 		}
 		for (size_t r = 0, o = 0; r < at; o += rq[r++].len)
 			rq[r].buf = buf + o;
-		kvl__fio_read(&f->io, rq, at);
-		for (size_t x = 0; x < live; x++) {
-			size_t i = kmap[x];
-			const char *why = file_check(&k[x], rq, sp, b->keys[i]);
-			close(k[x].fd);
-			if (!why) {
-				file_copy_out(&k[x], rq, sp);
-				continue;
-			}
-			char p[PATH_MAX];
-			file_path(f, k[x].gen, p, sizeof p);
-			file_drop(store, f, k[x].h1, k[x].h2, k[x].gen);
-			b->results[i] = KVL_ENOTFOUND;
-			f->hits--;
-			f->misses++;
-			f->errors++;
-			kvl__fail(&store->err, KVL_ENOTFOUND,
-			          "kvl_store_get: key \"%s\": %s: %s; the object "
-			          "was removed", b->keys[i], p, why);
-		}
+		for (size_t x = 0; x < live; x++)
+			k[x].left = k[x].n;
+		file_get_ctx ctx = {store, f, b, k, kmap, rq, sp};
+		kvl__fio_read(&f->io, rq, at, file_get_done, &ctx);
 		file_bounce_put(f, buf, cap);
 		free(rq);
 	}

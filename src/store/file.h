@@ -144,8 +144,13 @@ typedef struct kvl__fio {
  * not used when it was wanted (refused by the kernel, not built), or "". */
 void kvl__fio_init(kvl__fio *io, int want, char *note, size_t note_len);
 void kvl__fio_destroy(kvl__fio *io);
+/* Called once for each request i as it completes (its res set), on the
+ * thread that called kvl__fio_read. */
+typedef void (*kvl__fio_done)(void *ctx, size_t i);
+
 /* Carries out n reads at once; each req's res says how it went. */
-void kvl__fio_read(kvl__fio *io, kvl__fio_req *reqs, size_t n);
+void kvl__fio_read(kvl__fio *io, kvl__fio_req *reqs, size_t n,
+                   kvl__fio_done done, void *ctx);
 /* The whole of buf at off (restarting after short writes): 0 or -errno. */
 int kvl__fio_write(int fd, const void *buf, size_t len, uint64_t off);
 

@@ -8,7 +8,9 @@
  * FIO_RINGS, made on first need) on a free list guarded by `mu`; a call
  * that finds none free and the limit reached waits for one. A whole batch
  * is queued, submitted with one system call per FIO_DEPTH reads, and
- * reaped; a read the ring leaves short is finished with pread. Writes are
+ * reaped, each request handed back to the caller as it completes (so its
+ * checks and copies overlap the other reads); a read the ring leaves short
+ * is finished with pread. Writes are
  * synchronous pwrites: a put's bytes must be in the file before it is
  * published, and its caller waits for that anyway.
  */
@@ -70,11 +72,14 @@ int kvl__fio_write(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-static void fio_pread_batch(kvl__fio_req *reqs, size_t n)
+static void fio_pread_batch(kvl__fio_req *reqs, size_t n,
+                            kvl__fio_done done, void *ctx)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		reqs[i].res = fio_pread_all(reqs[i].fd, reqs[i].buf,
 		                            reqs[i].len, reqs[i].off);
+		done(ctx, i);
+	}
 }
 
 #if KVL_HAVE_URING
@@ -129,14 +134,32 @@ static void fio_ring_give(kvl__fio *io, struct kvl__fio_ring *r)
 	pthread_mutex_unlock(&io->mu);
 }
 
-/* The batch through ring r: FIO_DEPTH in flight at most. */
-static void fio_uring_batch(struct io_uring *ring, kvl__fio_req *reqs,
-                            size_t n)
+/* Request i has its answer from the ring: a short or interrupted read is
+ * finished plainly, then the caller hears of it. */
+static void fio_complete(kvl__fio_req *reqs, size_t i, int res,
+                         kvl__fio_done done, void *ctx)
 {
-	size_t next = 0, done = 0, inflight = 0;
+	kvl__fio_req *q = &reqs[i];
+	q->res = res == -EINTR || res == -EAGAIN ? 0 : res;
+	if (q->res >= 0 && (size_t)q->res < q->len) {
+		ssize_t r = fio_pread_all(q->fd, (char *)q->buf + q->res,
+		                          q->len - (size_t)q->res,
+		                          q->off + (uint64_t)q->res);
+		q->res = r < 0 ? r : q->res + r;
+	}
+	done(ctx, i);
+}
+
+/* The batch through ring r: FIO_DEPTH in flight at most; each request
+ * is handed back as it completes, so that the caller's work on one
+ * overlaps the reads of the others. */
+static void fio_uring_batch(struct io_uring *ring, kvl__fio_req *reqs,
+                            size_t n, kvl__fio_done done, void *ctx)
+{
+	size_t next = 0, finished = 0, inflight = 0;
 	for (size_t i = 0; i < n; i++)
 		reqs[i].res = FIO_PENDING;
-	while (done < n) {
+	while (finished < n) {
 		while (next < n && inflight < FIO_DEPTH) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 			if (!sqe)
@@ -156,50 +179,42 @@ static void fio_uring_batch(struct io_uring *ring, kvl__fio_req *reqs,
 			struct __kernel_timespec ts = {.tv_sec = 1};
 			while (inflight &&
 			       io_uring_wait_cqe_timeout(ring, &c, &ts) == 0) {
-				reqs[c->user_data].res = c->res;
+				size_t i = (size_t)c->user_data;
+				int res = c->res;
 				io_uring_cqe_seen(ring, c);
 				inflight--;
+				fio_complete(reqs, i, res, done, ctx);
 			}
 			for (size_t i = 0; i < n; i++)
-				if (reqs[i].res == FIO_PENDING)
+				if (reqs[i].res == FIO_PENDING) {
 					reqs[i].res = fio_pread_all(
 						reqs[i].fd, reqs[i].buf,
 						reqs[i].len, reqs[i].off);
+					done(ctx, i);
+				}
 			return;
 		}
 		struct io_uring_cqe *cqe;
-		unsigned head, seen = 0;
-		io_uring_for_each_cqe(ring, head, cqe) {
-			kvl__fio_req *q = &reqs[cqe->user_data];
-			q->res = cqe->res;
-			seen++;
-		}
-		io_uring_cq_advance(ring, seen);
-		inflight -= seen;
-		done += seen;
-	}
-	/* Short or interrupted reads are finished plainly. */
-	for (size_t i = 0; i < n; i++) {
-		kvl__fio_req *q = &reqs[i];
-		if (q->res == -EINTR || q->res == -EAGAIN)
-			q->res = 0;
-		if (q->res >= 0 && (size_t)q->res < q->len) {
-			ssize_t r = fio_pread_all(q->fd, (char *)q->buf + q->res,
-			                          q->len - (size_t)q->res,
-			                          q->off + (uint64_t)q->res);
-			q->res = r < 0 ? r : q->res + r;
+		while (io_uring_peek_cqe(ring, &cqe) == 0) {
+			size_t i = (size_t)cqe->user_data;
+			int res = cqe->res;
+			io_uring_cqe_seen(ring, cqe);
+			inflight--;
+			finished++;
+			fio_complete(reqs, i, res, done, ctx);
 		}
 	}
 }
 #endif
 
-void kvl__fio_read(kvl__fio *io, kvl__fio_req *reqs, size_t n)
+void kvl__fio_read(kvl__fio *io, kvl__fio_req *reqs, size_t n,
+                   kvl__fio_done done, void *ctx)
 {
 #if KVL_HAVE_URING
 	if (io->uring) {
 		struct kvl__fio_ring *r = fio_ring_take(io);
 		if (r) {
-			fio_uring_batch(&r->ring, reqs, n);
+			fio_uring_batch(&r->ring, reqs, n, done, ctx);
 			fio_ring_give(io, r);
 			return;
 		}
@@ -207,7 +222,7 @@ void kvl__fio_read(kvl__fio *io, kvl__fio_req *reqs, size_t n)
 #else
 	(void)io;
 #endif
-	fio_pread_batch(reqs, n);
+	fio_pread_batch(reqs, n, done, ctx);
 }
 
 void kvl__fio_init(kvl__fio *io, int want, char *note, size_t note_len)
