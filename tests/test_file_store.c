@@ -5,7 +5,8 @@
  * options, processes sharing one directory at once, a writer killed with
  * SIGKILL at random moments, a restart, the capacity held across
  * processes with LRU order between them, damaged object and index files,
- * and a tmpfs directory (where O_DIRECT may be refused).
+ * a tmpfs directory (where O_DIRECT may be refused), and a process whose
+ * seccomp filter refuses io_uring (as Docker's default profile does).
  *
  * Processes are forked children that open the store themselves (a handle
  * belongs to the process that opened it) and report through their exit
@@ -23,7 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +41,7 @@
 #include "support/stores.h"
 #include "support/tmpdir.h"
 
+#include "kvl_config.h"
 #include "kvlink.h"
 
 /* --------------------------------------------------------------- helpers */
@@ -224,6 +231,10 @@ static void test_bad_open(void **state)
 	open_fails(u, KVL_EPARSE, "max_objects=0");
 	open_fails("file://host/dir?capacity=1MiB", KVL_EPARSE, "host");
 	open_fails("file:?capacity=1MiB", KVL_EPARSE, "absolute");
+
+	/* None of the refused opens made a store in the directory. */
+	snprintf(p, sizeof p, "%s/kvlink.index", root);
+	ASSERT_EQ(access(p, F_OK), -1);
 
 	/* Made once; the geometry stays, the capacity may change. */
 	char *made = root;
@@ -630,6 +641,73 @@ static void test_tmpfs(void **state)
 	tmpdir_remove(dir);
 }
 
+/* ------------------------------------------- io_uring refused: preads */
+
+/* In this process from now on, io_uring_setup fails with EPERM, as under
+ * Docker's default seccomp profile. 0, or -1 when the filter cannot be
+ * installed. */
+static int refuse_io_uring(void)
+{
+#ifdef __NR_io_uring_setup
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+		         offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+		return -1;
+	return 0;
+#else
+	return -1;
+#endif
+}
+
+static void test_uring_refused(void **state)
+{
+	(void)state;
+	if (!KVL_HAVE_URING)
+		skip(); /* a build without liburing reads with preads anyway */
+	char *dir = tmpdir_make("file-nouring");
+	kvl_store_close(open_dir(dir, "capacity=64MiB"));
+	pid_t c = fork();
+	if (c == 0) {
+		if (refuse_io_uring())
+			_exit(77);
+		kvl_store *s = child_open(dir, NULL);
+		char buf[4096];
+		size_t need;
+		int bad = !strstr(kvl_store_errmsg(s), "io_uring refused");
+		bad |= kvl_store_stats_render(s, KVL_STATS_PROMETHEUS, buf,
+		                              sizeof buf, &need) != 0 ||
+		       !strstr(buf, "preads");
+		for (unsigned i = 0; i < 64; i++)
+			bad |= put_obj(s, i) != KVL_PUT_STORED;
+		for (unsigned i = 0; i < 64; i++)
+			bad |= check_obj(s, i) != 1;
+		if (bad)
+			fprintf(stderr, "note: %s\n", kvl_store_errmsg(s));
+		kvl_store_close(s);
+		_exit(bad);
+	}
+	int rc = wait_child(c);
+	if (rc == 77) {
+		tmpdir_remove(dir);
+		skip(); /* no seccomp filters here */
+	}
+	ASSERT_EQ(rc, 0);
+	/* Back in a process that may use io_uring: the same objects. */
+	kvl_store *s = open_dir(dir, NULL);
+	assert_string_equal(kvl_store_errmsg(s), "");
+	for (unsigned i = 0; i < 64; i++)
+		ASSERT_EQ(check_obj(s, i), 1);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -640,6 +718,7 @@ int main(void)
 		cmocka_unit_test(test_capacity_two_processes),
 		cmocka_unit_test(test_damaged),
 		cmocka_unit_test(test_tmpfs),
+		cmocka_unit_test(test_uring_refused),
 	};
 	return cmocka_run_group_tests_name("file_store", tests, NULL, NULL);
 }

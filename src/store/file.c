@@ -1025,6 +1025,11 @@ static int file_open(kvl_store *store, kvl__uri *uri, void **impl,
 		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
 		                     "file: store option io=%s: uring or pread",
 		                     io);
+	/* Every option is read (the door's before this): refuse a typo
+	 * before the directory is touched. */
+	rc = kvl__uri_check_unused(uri, errbuf, errlen);
+	if (rc < 0)
+		return rc;
 	struct file_store *f = calloc(1, sizeof *f);
 	if (!f)
 		return kvl__fail_buf(errbuf, errlen, KVL_ENOMEM,

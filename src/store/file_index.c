@@ -491,6 +491,7 @@ int kvl__fidx_open(kvl__fidx *ix, const char *dir, uint64_t capacity,
 	}
 	if (st.st_size == 0 && alone) {
 		if (!capacity) {
+			unlink(ipath); /* alone: the empty file was ours */
 			rc = kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
 			                   "file: %s holds no store yet: give its "
 			                   "capacity (capacity=SIZE)",

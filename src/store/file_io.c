@@ -239,7 +239,7 @@ void kvl__fio_init(kvl__fio *io, int want, char *note, size_t note_len)
 	struct kvl__fio_ring *r = fio_ring_new(&err);
 	if (!r) {
 		snprintf(note, note_len,
-		         "io_uring refused (%s): reads use O_DIRECT preads",
+		         "io_uring refused (%s): reads use preads",
 		         strerror(-err));
 		return;
 	}
