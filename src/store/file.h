@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * file.h — the file store's parts (internal to file.c, file_index.c and
- * file_io.c): the shared index of a store directory and the reads and
- * writes of object files.
+ * file.h — the file store's parts (internal to src/store/file*.c): the
+ * shared index of a store directory (file_index.c), the reads and writes
+ * of object files (file_io.c), and the store itself, whose operations are
+ * split by concept: file.c (open, close, stats, exists, remove and the
+ * helpers the others share, with the design), file_get.c, file_put.c and
+ * file_sweep.c.
  *
  * A store directory holds:
  *   kvlink.lock   every process that has the store open holds a shared
@@ -17,11 +20,14 @@
 #ifndef KVL_FILE_H
 #define KVL_FILE_H
 
+#include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "core/internal.h"
+#include "store/backend.h"
 
 /* ---------------------------------------------------------- object files */
 
@@ -153,5 +159,108 @@ void kvl__fio_read(kvl__fio *io, kvl__fio_req *reqs, size_t n,
                    kvl__fio_done done, void *ctx);
 /* The whole of buf at off (restarting after short writes): 0 or -errno. */
 int kvl__fio_write(int fd, const void *buf, size_t len, uint64_t off);
+
+/* ------------------------------------------------------------ the store */
+
+#define FILE_MAGIC "KVLFOBJ1"
+#define FILE_VERSION 1u
+#define FILE_CHUNK 32u        /* keys per read batch */
+#define FILE_VICTIMS 64u      /* evicted files unlinked after the lock */
+#define FILE_POOL 4u          /* bounce buffers kept for reuse */
+#define FILE_POOL_MAX (64u << 20) /* larger ones are not kept */
+#define FILE_DIR_MAX (PATH_MAX - 64) /* room for data/XX/G after it */
+
+/* The header page's fixed part; the key follows at FILE_KEY_AT, the block
+ * sums at FILE_SUMS_AT. Integers in the host's order: the directory is
+ * node-local. */
+typedef struct file_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t block_shift;
+	uint64_t gen;
+	uint64_t len;
+	uint64_t h1, h2;
+	uint32_t key_len;
+	uint32_t n_blocks;
+	uint64_t hdr_sum; /* XXH3-64 of the page with this field zero */
+} file_hdr;
+
+_Static_assert(sizeof(file_hdr) <= FILE_KEY_AT, "header overlaps the key");
+_Static_assert(FILE_KEY_AT + KVL_KEY_MAX <= FILE_SUMS_AT,
+               "key overlaps the sums");
+
+/* One open store. Threads: the index has its own lock (file_index.c), the
+ * rings theirs (file_io.c), the bounce buffers `pool.mu`; counters are
+ * atomics; the rest is immutable after open. */
+struct file_store {
+	char dir[FILE_DIR_MAX];
+	kvl__fidx ix;
+	kvl__fio io;
+	int direct;          /* O_DIRECT (the file system takes it) */
+	atomic_int tmpfile;  /* O_TMPFILE works here (cleared on refusal) */
+	struct {
+		pthread_mutex_t mu;
+		void *p[FILE_POOL];
+		size_t cap[FILE_POOL];
+	} pool;
+	atomic_ullong hits, misses, puts, evictions, errors;
+	pthread_t sweeper;
+	int sweeping;        /* the sweeper runs (join at close) */
+	atomic_int stop;
+	atomic_ullong swept; /* leftover files the sweeper removed */
+};
+
+/* The smallest block shift that keeps an object's sums in the header. */
+static inline uint32_t kvl__file_block_shift(uint64_t len)
+{
+	uint32_t s = 12;
+	while (s < 40 && ((len + (1ull << s) - 1) >> s) > FILE_MAX_SUMS)
+		s++;
+	return s;
+}
+
+/* The hashes of keys [base, base + cn) of a batch (cn <= FILE_CHUNK),
+ * taken before the index lock so that it is held for lookups only. */
+typedef struct file_hashes {
+	uint64_t h1[FILE_CHUNK], h2[FILE_CHUNK];
+} file_hashes;
+
+/* The 128-bit hash (XXH3) of key, len bytes, that the index knows it by. */
+void kvl__file_key_hash(const char *key, size_t len, uint64_t *h1,
+                        uint64_t *h2);
+/* Hashes the next chunk of b's keys from base into hs; returns how many
+ * (at most FILE_CHUNK). */
+size_t kvl__file_hash_chunk(const kvl__batch *b, size_t base,
+                            file_hashes *hs);
+/* The path of generation gen's object file (data/XX/G) into out. */
+void kvl__file_path(const struct file_store *f, uint64_t gen, char *out,
+                    size_t len);
+/* Unlinks the object files of the n generations g[] (a missing one is
+ * no error: it went already). */
+void kvl__file_unlink_gens(const struct file_store *f, const uint64_t *g,
+                           size_t n);
+/* The sum of a header page (XXH3-64, with its hdr_sum field taken as 0;
+ * the page is left as it was). */
+uint64_t kvl__file_hdr_sum(uint8_t *page);
+/* An aligned buffer of at least need bytes (its size in *cap), from the
+ * pool or new; NULL when out of memory. Give it back with
+ * kvl__file_bounce_put (p NULL: nothing), which keeps it or frees it. */
+void *kvl__file_bounce(struct file_store *f, size_t need, size_t *cap);
+void kvl__file_bounce_put(struct file_store *f, void *p, size_t cap);
+/* Takes the index (kvl__fidx_lock): 0, or the code with the store's
+ * message set (fn names the call), a failure of the whole call. */
+int kvl__file_lock(kvl_store *store, struct file_store *f, const char *fn);
+/* A call that stopped at key `from`: the rest of b's results get rc;
+ * returns rc when nothing was done (the call fails whole), else 0. */
+int kvl__file_fail_rest(const kvl__batch *b, size_t from, int rc);
+
+/* The sweeper thread's body (arg: the store): removes what dead writers
+ * left (file_sweep.c). It stops early once f->stop is set. */
+void *kvl__file_sweeper(void *arg);
+
+/* The operations of file_get.c and file_put.c (kvl__store_ops's get and
+ * put). */
+int kvl__file_get(kvl_store *store, void *impl, const kvl__batch *b);
+int kvl__file_put(kvl_store *store, void *impl, const kvl__batch *b);
 
 #endif /* KVL_FILE_H */

@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * file_get.c — the file store's get: for each chunk of FILE_CHUNK keys,
+ * finds the keys under the index lock (absent ones and bad ranges get
+ * their results there), opens their files, plans the reads (each range as
+ * the blocks it touches, the header page with the first), reads them all
+ * at once (file_io.c) into one bounce buffer, and checks and copies out
+ * each key as its last read completes, while the rest are still in
+ * flight.
+ *
+ * What a get checks: the header (its sum, the key, the generation and
+ * length the index gave) and every block's sum. An object that fails is
+ * taken out of the index and its file unlinked; the key reads as absent
+ * (KVL_ENOTFOUND), counted as an error, and the message says why. Damage
+ * never reads as data: no byte reaches the caller before its key passed.
+ *
+ * A file that vanished between the lookup and the open was evicted or
+ * removed meanwhile: a miss, not an error.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "store/backend.h"
+#include "store/file.h"
+
+
+/* One read of a get: a range's blocks (range SIZE_MAX: the header page
+ * alone). `data_at`: where block b0 starts in the buffer (FILE_PAGE when
+ * the read starts with the header page). */
+typedef struct file_span {
+	size_t key, range;
+	uint64_t b0, b1;
+	size_t data_at;
+} file_span;
+
+/* A found key of a get chunk. */
+typedef struct file_key {
+	uint64_t h1, h2, gen, len;
+	int fd;
+	const kvl_range *rg;
+	size_t nr;
+	size_t hdr_req; /* the read whose buffer starts with the header */
+	size_t first, n; /* its reads */
+	size_t left;     /* of them not yet completed */
+} file_key;
+
+/* Why key k's reads do not hold its object, or NULL when they do. */
+static const char *file_check(const file_key *k, const kvl__fio_req *rq,
+                              const file_span *sp, const char *key)
+{
+	for (size_t r = k->first; r < k->first + k->n; r++)
+		if (rq[r].res != (ssize_t)rq[r].len)
+			return rq[r].res < 0 ? "a read failed"
+			                     : "the file is shorter than its "
+			                       "object";
+	uint8_t *page = rq[k->hdr_req].buf;
+	const file_hdr *h = (const file_hdr *)(void *)page;
+	size_t kl = strlen(key);
+	if (memcmp(h->magic, FILE_MAGIC, 8) || h->version != FILE_VERSION)
+		return "not an object file of this version";
+	if (kvl__file_hdr_sum(page) != h->hdr_sum)
+		return "its header fails its checksum";
+	if (h->gen != k->gen || h->len != k->len || h->h1 != k->h1 ||
+	    h->h2 != k->h2 || h->key_len != kl ||
+	    memcmp(page + FILE_KEY_AT, key, kl) ||
+	    h->block_shift != kvl__file_block_shift(h->len))
+		return "its header names another object";
+	const uint64_t *sums = (const uint64_t *)(void *)(page + FILE_SUMS_AT);
+	uint64_t bs = 1ull << h->block_shift;
+	for (size_t r = k->first; r < k->first + k->n; r++) {
+		if (sp[r].range == SIZE_MAX)
+			continue;
+		const uint8_t *p = (const uint8_t *)rq[r].buf + sp[r].data_at;
+		for (uint64_t bl = sp[r].b0; bl <= sp[r].b1; bl++) {
+			uint64_t at = bl * bs;
+			uint64_t n = k->len - at < bs ? k->len - at : bs;
+			if (XXH3_64bits(p + (at - sp[r].b0 * bs), (size_t)n) !=
+			    sums[bl])
+				return "a block fails its checksum";
+		}
+	}
+	return NULL;
+}
+
+/* Plans the reads of found key k (spans into sp, requests into rq from
+ * index *at); returns the bytes they need. */
+static size_t file_plan(file_key *k, size_t ki, kvl__fio_req *rq,
+                        file_span *sp, size_t *at)
+{
+	uint64_t bs = 1ull << kvl__file_block_shift(k->len);
+	uint64_t padded = kvl__file_size(k->len) - FILE_PAGE;
+	size_t bytes = 0;
+	k->first = *at;
+	k->hdr_req = SIZE_MAX;
+	for (size_t j = 0; j < k->nr; j++) {
+		const kvl_range *r = &k->rg[j];
+		if (!r->len)
+			continue;
+		uint64_t b0 = r->offset / bs, b1 = (r->offset + r->len - 1) / bs;
+		uint64_t end = (b1 + 1) * bs < padded ? (b1 + 1) * bs : padded;
+		uint64_t from = FILE_PAGE + b0 * bs;
+		size_t data_at = 0;
+		if (b0 == 0 && k->hdr_req == SIZE_MAX) {
+			from = 0; /* the header page comes with it */
+			data_at = FILE_PAGE;
+			k->hdr_req = *at;
+		}
+		sp[*at] = (file_span){ki, j, b0, b1, data_at};
+		rq[*at] = (kvl__fio_req){.fd = k->fd, .off = from,
+		                         .len = (size_t)(FILE_PAGE + end - from)};
+		bytes += rq[(*at)++].len;
+	}
+	if (k->hdr_req == SIZE_MAX) {
+		k->hdr_req = *at;
+		sp[*at] = (file_span){ki, SIZE_MAX, 0, 0, 0};
+		rq[*at] = (kvl__fio_req){.fd = k->fd, .off = 0,
+		                         .len = FILE_PAGE};
+		bytes += rq[(*at)++].len;
+	}
+	k->n = *at - k->first;
+	return bytes;
+}
+
+/* Copies key k's ranges out of its checked reads. */
+static void file_copy_out(const file_key *k, const kvl__fio_req *rq,
+                          const file_span *sp)
+{
+	uint64_t bs = 1ull << kvl__file_block_shift(k->len);
+	for (size_t r = k->first; r < k->first + k->n; r++) {
+		if (sp[r].range == SIZE_MAX)
+			continue;
+		const kvl_range *g = &k->rg[sp[r].range];
+		const uint8_t *p = (const uint8_t *)rq[r].buf + sp[r].data_at;
+		memcpy(g->addr, p + (g->offset - sp[r].b0 * bs), g->len);
+	}
+}
+
+/* Finds the chunk's keys under the index lock: absent ones and bad ranges
+ * get their results; found ones are touched and go into k[] (n_found). */
+static int file_get_find(kvl_store *store, struct file_store *f,
+                         const kvl__batch *b, size_t base, size_t cn,
+                         const file_hashes *hs, size_t rg_at, file_key *k,
+                         size_t *kmap, size_t *n_found)
+{
+	int rc = kvl__file_lock(store, f, b->fn);
+	if (rc < 0)
+		return rc;
+	size_t bad = SIZE_MAX, bad_range = 0;
+	uint64_t bad_len = 0;
+	const kvl_range *bad_rg = NULL;
+	*n_found = 0;
+	for (size_t i = base; i < base + cn; i++) {
+		size_t nr = b->counts[i];
+		const kvl_range *rg = nr ? b->ranges + rg_at : NULL;
+		rg_at += nr;
+		uint64_t h1 = hs->h1[i - base], h2 = hs->h2[i - base];
+		uint32_t e = kvl__fidx_find(&f->ix, h1, h2);
+		if (e == FIDX_NONE) {
+			b->results[i] = KVL_ENOTFOUND;
+			f->misses++;
+			continue;
+		}
+		uint64_t len = f->ix.e[e].len;
+		size_t j = 0;
+		while (j < nr && rg[j].offset <= len &&
+		       rg[j].len <= len - rg[j].offset)
+			j++;
+		if (j < nr) {
+			b->results[i] = KVL_ERANGE;
+			f->errors++;
+			if (bad == SIZE_MAX) {
+				bad = i;
+				bad_range = j;
+				bad_rg = &rg[j];
+				bad_len = len;
+			}
+			continue;
+		}
+		kvl__fidx_touch(&f->ix, e);
+		f->hits++;
+		b->results[i] = 0;
+		kmap[*n_found] = i;
+		k[(*n_found)++] = (file_key){h1, h2, f->ix.e[e].gen, len, -1,
+		                             rg, nr, 0, 0, 0, 0};
+	}
+	kvl__fidx_unlock(&f->ix);
+	if (bad != SIZE_MAX)
+		kvl__fail(&store->err, KVL_ERANGE,
+		          "kvl_store_get: key \"%s\": range %zu (offset %llu, "
+		          "len %zu) is beyond the object's %llu bytes",
+		          b->keys[bad], bad_range,
+		          (unsigned long long)bad_rg->offset, bad_rg->len,
+		          (unsigned long long)bad_len);
+	return 0;
+}
+
+/* What a get's completions need to finish its keys. */
+typedef struct file_get_ctx {
+	kvl_store *store;
+	struct file_store *f;
+	const kvl__batch *b;
+	file_key *k;
+	const size_t *kmap;
+	const kvl__fio_req *rq;
+	const file_span *sp;
+} file_get_ctx;
+
+/* Takes key (h1, h2) of generation gen out of the index, if it is still
+ * that object, and unlinks its file. */
+static void file_drop(kvl_store *store, struct file_store *f, uint64_t h1,
+                      uint64_t h2, uint64_t gen)
+{
+	if (kvl__file_lock(store, f, "drop") == 0) {
+		uint32_t e = kvl__fidx_find(&f->ix, h1, h2);
+		if (e != FIDX_NONE && f->ix.e[e].gen == gen)
+			kvl__fidx_unlink(&f->ix, e);
+		kvl__fidx_unlock(&f->ix);
+	}
+	kvl__file_unlink_gens(f, &gen, 1);
+}
+
+/* Read r completed; when it was its key's last, the key is checked and
+ * copied out, or dropped as damaged. */
+static void file_get_done(void *arg, size_t r)
+{
+	file_get_ctx *c = arg;
+	file_key *k = &c->k[c->sp[r].key];
+	if (--k->left)
+		return;
+	size_t i = c->kmap[c->sp[r].key];
+	const char *why = file_check(k, c->rq, c->sp, c->b->keys[i]);
+	close(k->fd);
+	if (!why) {
+		file_copy_out(k, c->rq, c->sp);
+		return;
+	}
+	struct file_store *f = c->f;
+	char p[PATH_MAX];
+	kvl__file_path(f, k->gen, p, sizeof p);
+	file_drop(c->store, f, k->h1, k->h2, k->gen);
+	c->b->results[i] = KVL_ENOTFOUND;
+	f->hits--;
+	f->misses++;
+	f->errors++;
+	kvl__fail(&c->store->err, KVL_ENOTFOUND,
+	          "kvl_store_get: key \"%s\": %s: %s; the object was removed",
+	          c->b->keys[i], p, why);
+}
+
+int kvl__file_get(kvl_store *store, void *impl, const kvl__batch *b)
+{
+	struct file_store *f = impl;
+	file_key k[FILE_CHUNK];
+	size_t kmap[FILE_CHUNK];
+	size_t rg_at = 0;
+	file_hashes hs;
+	for (size_t base = 0; base < b->n; base += FILE_CHUNK) {
+		size_t cn = kvl__file_hash_chunk(b, base, &hs);
+		size_t nk = 0, n_reqs = 0;
+		int rc = file_get_find(store, f, b, base, cn, &hs, rg_at, k,
+		                       kmap, &nk);
+		for (size_t i = base; i < base + cn; i++)
+			rg_at += b->counts[i];
+		if (rc < 0)
+			return kvl__file_fail_rest(b, base, rc);
+		/* Open the files; a key without bytes to read is done. */
+		size_t live = 0;
+		for (size_t x = 0; x < nk; x++) {
+			size_t any = 0;
+			for (size_t j = 0; j < k[x].nr; j++)
+				any += k[x].rg[j].len != 0;
+			if (!any)
+				continue;
+			char p[PATH_MAX];
+			kvl__file_path(f, k[x].gen, p, sizeof p);
+			k[x].fd = open(p, O_RDONLY | O_CLOEXEC |
+			                  (f->direct ? O_DIRECT : 0));
+			if (k[x].fd < 0) {
+				int e = errno;
+				size_t i = kmap[x];
+				if (e == ENOENT) { /* evicted or removed since */
+					b->results[i] = KVL_ENOTFOUND;
+					f->hits--;
+					f->misses++;
+					continue;
+				}
+				b->results[i] = kvl__fail(
+					&store->err, KVL_EIO,
+					"kvl_store_get: key \"%s\": cannot open "
+					"%s: %s", b->keys[i], p, strerror(e));
+				f->errors++;
+				continue;
+			}
+			n_reqs += any + 1;
+			k[live] = k[x];
+			kmap[live++] = kmap[x];
+		}
+		if (!live)
+			continue;
+		kvl__fio_req *rq = malloc(n_reqs * (sizeof *rq + sizeof(file_span)));
+		file_span *sp = (file_span *)(void *)(rq + n_reqs);
+		size_t at = 0, bytes = 0, cap = 0;
+		uint8_t *buf = NULL;
+		if (rq) {
+			for (size_t x = 0; x < live; x++)
+				bytes += file_plan(&k[x], x, rq, sp, &at);
+			buf = kvl__file_bounce(f, bytes, &cap);
+		}
+		if (!buf) {
+			for (size_t x = 0; x < live; x++) {
+				close(k[x].fd);
+				b->results[kmap[x]] = kvl__fail(
+					&store->err, KVL_ENOMEM,
+					"kvl_store_get: out of memory for %zu "
+					"bytes of reads", bytes);
+			}
+			free(rq);
+			continue;
+		}
+		for (size_t r = 0, o = 0; r < at; o += rq[r++].len)
+			rq[r].buf = buf + o;
+		for (size_t x = 0; x < live; x++)
+			k[x].left = k[x].n;
+		file_get_ctx ctx = {store, f, b, k, kmap, rq, sp};
+		kvl__fio_read(&f->io, rq, at, file_get_done, &ctx);
+		kvl__file_bounce_put(f, buf, cap);
+		free(rq);
+	}
+	return 0;
+}
