@@ -92,6 +92,20 @@ static size_t file_free_disk(kvl_store *store, struct file_store *f,
 	return n;
 }
 
+/* Fails a put of key whose object of len bytes (over: of more than that)
+ * does not fit the capacity cap: returns rc, the message set. */
+static int file_no_room(kvl_store *store, int rc, const char *key,
+                        uint64_t len, int over, uint64_t cap)
+{
+	return kvl__fail(&store->err, rc,
+	                 "kvl_store_put: key \"%s\": an object of %s%llu "
+	                 "bytes (%llu with its header) does not fit the "
+	                 "capacity of %llu bytes",
+	                 key, over ? "over " : "", (unsigned long long)len,
+	                 (unsigned long long)kvl__file_cost(len),
+	                 (unsigned long long)cap);
+}
+
 /* Enters a published object (generation gen) under its key: STORED, or
  * PRESENT when the key got in first (the file is unlinked then). */
 static int file_enter(kvl_store *store, struct file_store *f, uint64_t h1,
@@ -124,13 +138,7 @@ static int file_enter(kvl_store *store, struct file_store *f, uint64_t h1,
 	f->evictions += nv;
 	if (rc < 0) {
 		kvl__file_unlink_gens(f, &gen, 1);
-		return kvl__fail(&store->err, rc,
-		                 "kvl_store_put: key \"%s\": an object of %llu "
-		                 "bytes (%llu with its header) does not fit the "
-		                 "capacity of %llu bytes",
-		                 key, (unsigned long long)len,
-		                 (unsigned long long)kvl__file_cost(len),
-		                 (unsigned long long)cap);
+		return file_no_room(store, rc, key, len, 0, cap);
 	}
 	return KVL_PUT_STORED;
 }
@@ -189,14 +197,8 @@ static int file_put1(kvl_store *store, struct file_store *f, const char *key,
 		kvl__fidx_unlock(&f->ix);
 	}
 	if (too_big || kvl__file_cost(len) > cap)
-		return kvl__fail(&store->err, KVL_ERANGE,
-		                 "kvl_store_put: key \"%s\": an object of %s%llu "
-		                 "bytes (%llu with its header) does not fit the "
-		                 "capacity of %llu bytes",
-		                 key, too_big ? "over " : "",
-		                 (unsigned long long)len,
-		                 (unsigned long long)kvl__file_cost(len),
-		                 (unsigned long long)cap);
+		return file_no_room(store, KVL_ERANGE, key, len, too_big,
+		                    cap);
 	kvl__file_key_hash(key, kl, &h1, &h2);
 	uint64_t cost = kvl__file_size(len); /* the file's bytes */
 	size_t bcap;
