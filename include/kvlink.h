@@ -185,9 +185,12 @@ typedef struct kvl_linker_opts {
  * a layer of such a run is one 2D copy. */
 typedef enum kvl_gpu_copy {
 	/* The copy engines for runs whose layer reads are 32 KiB or more per
-	 * object and 4 MiB or more in all, where they load as fast as the
-	 * kernel and leave the SMs to the engine's compute; the kernel for
-	 * the rest, where it is faster. */
+	 * object and 4 MiB or more in all (2D copies through the staging
+	 * ring), and, where the CUDA runtime has cudaMemcpyBatchAsync (12.8
+	 * and later), for the other reads whose chunks average 64 KiB or
+	 * more (one batch of copies straight into the slots per launch):
+	 * there they load faster than the kernel and leave the SMs to the
+	 * engine's compute. The kernel for the rest, where it is faster. */
 	KVL_GPU_COPY_AUTO = 0,
 	/* A gather kernel reads every byte over PCIe from mapped memory. */
 	KVL_GPU_COPY_KERNEL = 1,

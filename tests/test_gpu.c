@@ -137,7 +137,10 @@ static void make_pages(kvl_hash *pages, size_t *src, size_t *dst,
  * shape: `n` chunks of `len` bytes (plus k % 3 for odd tails), at offsets
  * shifted by `skew` bytes (unaligned when skew % 16), and compares. Small
  * chunks go a warp each, large ones a block each. */
-static void copier_roundtrip(size_t n, size_t len, size_t skew)
+/* A gather of n chunks of about len bytes to the device and back, by the
+ * kernel or, with `batch`, by the copy engines where the chunks are long
+ * enough (then every byte must have gone that way). */
+static void copier_roundtrip(size_t n, size_t len, size_t skew, int batch)
 {
 	size_t slot = len + 64, total = n * slot;
 	uint8_t *src = kvl__cuda_host_alloc(total);
@@ -146,7 +149,7 @@ static void copier_roundtrip(size_t n, size_t len, size_t skew)
 	kvl__copier *cp = NULL;
 	const char *why = "";
 	EXPECT_TRUE_MSG(src && back && dev &&
-	                        !kvl__copier_create(0, 2, n, 0, &cp, &why),
+	                        !kvl__copier_create(0, 2, n, 0, batch, &cp, &why),
 	                "copier setup: %s", why);
 	if (!cp)
 		goto out;
@@ -164,10 +167,20 @@ static void copier_roundtrip(size_t n, size_t len, size_t skew)
 			                     .dst = dir ? h : d,
 			                     .len = len + k % 3};
 		}
-		EXPECT_TRUE_MSG(!kvl__copier_launch(cp, n) &&
+		uint64_t dma = 0, want = 0;
+		for (size_t k = 0; k < n; k++)
+			want += ch[k].len;
+		EXPECT_TRUE_MSG(!kvl__copier_launch(cp, n, &dma) &&
 		                        !kvl__copier_record(cp, dir) &&
 		                        !kvl__copier_sync(cp, dir),
 		                "copy: %s", kvl__cuda_last_error());
+		int engines = batch && CUDART_VERSION >= 12080 &&
+		              len >= (64u << 10);
+		EXPECT_TRUE_MSG(dma == (engines ? want : 0),
+		                "copier (batch %d, %zu x %zu B): %llu bytes by "
+		                "the copy engines, expected %llu", batch, n, len,
+		                (unsigned long long)dma,
+		                (unsigned long long)(engines ? want : 0));
 	}
 	size_t bad = 0;
 	for (size_t k = 0; k < n; k++) {
@@ -734,11 +747,15 @@ int main(void)
 		printf("FAIL: cudaMalloc\n");
 		return 1;
 	}
-	copier_roundtrip(3000, 16 << 10, 0);   /* warp per chunk */
-	copier_roundtrip(1000, 4093, 5);       /* warp, unaligned */
-	copier_roundtrip(16, 2 << 20, 0);      /* block per chunk */
-	copier_roundtrip(5, (1 << 20) + 3, 9); /* block, unaligned */
-	copier_roundtrip(1, 7, 1);             /* a few bytes */
+	for (int batch = 0; batch < 2; batch++) {
+		copier_roundtrip(3000, 16 << 10, 0, batch);   /* warp per chunk */
+		copier_roundtrip(1000, 4093, 5, batch);       /* warp, unaligned */
+		copier_roundtrip(16, 2 << 20, 0, batch);      /* block per chunk */
+		copier_roundtrip(5, (1 << 20) + 3, 9, batch); /* block, unaligned */
+		copier_roundtrip(1, 7, 1, batch);             /* a few bytes */
+		copier_roundtrip(700, 32 << 10, 3, batch);    /* kernel still */
+		copier_roundtrip(300, 64 << 10, 3, batch);    /* engines' least */
+	}
 
 	host = calloc(1, pool_bytes);
 	kvl_layout *l = make_layout();

@@ -46,9 +46,13 @@ typedef struct kvl__copier kvl__copier;
 /* A copier on `device` with `n_events` reusable events (one per layer) and
  * room for `max_chunks` chunks per launch; `urgent`: its stream has the
  * device's highest priority, so its short kernels are scheduled ahead of
- * an engine's queued blocks. *why gets a static message on failure. */
+ * an engine's queued blocks; `batch`: lists of long chunks (64 KiB and
+ * more on average) go to the copy engines in one cudaMemcpyBatchAsync
+ * where the CUDA runtime has it (12.8 and later), the rest to the kernel.
+ * *why gets a static message on failure. */
 int kvl__copier_create(int device, uint32_t n_events, size_t max_chunks,
-                       int urgent, kvl__copier **out, const char **why);
+                       int urgent, int batch, kvl__copier **out,
+                       const char **why);
 void kvl__copier_destroy(kvl__copier *c);
 
 /* The copier's chunk list for the next launch (max_chunks entries), in
@@ -57,8 +61,11 @@ void kvl__copier_destroy(kvl__copier *c);
  * used it last has finished. */
 kvl__chunk *kvl__copier_chunks(kvl__copier *c);
 
-/* Enqueues one kernel copying the first n chunks of the list. */
-int kvl__copier_launch(kvl__copier *c, size_t n);
+/* Enqueues the copies of the first n chunks of the list: one kernel, or
+ * one batch for the copy engines (see batch above; the call may block
+ * until the engines have taken most of it). *dma_bytes gets the bytes
+ * handed to the copy engines (0 for a kernel). 0 or -1. */
+int kvl__copier_launch(kvl__copier *c, size_t n, uint64_t *dma_bytes);
 
 /* Records event `ev` after everything enqueued so far. */
 int kvl__copier_record(kvl__copier *c, uint32_t ev);

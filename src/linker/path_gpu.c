@@ -109,10 +109,12 @@ int kvl__lk_gpu_open(kvl_linker *lk, int ring, char *errbuf, size_t errlen)
 	const char *why = "out of memory";
 	if (!ok ||
 	    kvl__copier_create(device, lk->n_layers + 2, g->max_chunks, 1,
+	                       lk->opts.gpu_copy != KVL_GPU_COPY_KERNEL,
 	                       &g->load, &why) ||
-	    kvl__copier_create(device, 2, g->max_chunks, 0, &g->off, &why) ||
-	    kvl__copier_create(device, KVL_LINKER_MAX_BATCHES, 1, 0, &g->gate,
-	                       &why))
+	    kvl__copier_create(device, 2, g->max_chunks, 0, 0, &g->off,
+	                       &why) ||
+	    kvl__copier_create(device, KVL_LINKER_MAX_BATCHES, 1, 0, 0,
+	                       &g->gate, &why))
 		return kvl__fail_buf(errbuf, errlen, KVL_EIO,
 		                     "cannot set up GPU copies on device %d: %s",
 		                     device, why);
@@ -151,10 +153,12 @@ void kvl__lk_gather_launch(kvl_linker *lk, lk_gather *gt)
 {
 	if (gt->n == 0)
 		return;
-	if (kvl__copier_launch(lk->gpu->load, gt->n) && !gt->err)
+	uint64_t dma = 0;
+	if (kvl__copier_launch(lk->gpu->load, gt->n, &dma) && !gt->err)
 		gt->err = kvl__fail(&lk->err, KVL_EIO,
 		                    "load: GPU copy failed: %s",
 		                    kvl__cuda_last_error());
+	KVL__COUNT(&lk->stats, loaded_dma_bytes, dma);
 	gt->ch = kvl__copier_chunks(lk->gpu->load);
 	gt->n = 0;
 }
@@ -263,7 +267,8 @@ size_t kvl__lk_gpu_page_chunks(kvl_linker *lk, const kvl__pool *p,
 int kvl__lk_gpu_off_launch(kvl_linker *lk, size_t n, uint32_t ev)
 {
 	kvl__copier *c = lk->gpu->off;
-	if (kvl__copier_launch(c, n) || kvl__copier_record(c, ev))
+	uint64_t dma;
+	if (kvl__copier_launch(c, n, &dma) || kvl__copier_record(c, ev))
 		return kvl__fail(&lk->err, KVL_EIO,
 		                 "offload: GPU copy failed: %s",
 		                 kvl__cuda_last_error());
