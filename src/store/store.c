@@ -49,6 +49,7 @@
 static const kvl__store_ops *const store_backends[] = {
 	&kvl__store_mem_ops,
 	&kvl__store_fault_ops,
+	&kvl__store_tier_ops,
 #if KVL_HAVE_REDIS
 	&kvl__store_redis_ops,
 	&kvl__store_rediss_ops,
