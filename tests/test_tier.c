@@ -10,7 +10,9 @@
  * stats renders' per-tier figures, and the linker loading pages that only
  * the lower tier holds.
  */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -331,6 +333,57 @@ static void test_spill_down(void **state)
 	kvl_store_close(s);
 }
 
+/* A reader that checks, while the writer puts, that every object whose put
+ * returned reads back whole: an object on its way down is never missed. */
+struct spill_race {
+	kvl_store *s;
+	atomic_size_t written;
+	atomic_int stop;
+	size_t reads, missed;
+};
+
+static void *spill_reader(void *arg)
+{
+	struct spill_race *r = arg;
+	char key[32];
+	uint64_t x = 88172645463325252ull;
+	while (!atomic_load(&r->stop)) {
+		size_t n = atomic_load(&r->written);
+		if (n == 0)
+			continue;
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		snprintf(key, sizeof key, "race%zu", (size_t)(x % n));
+		r->reads++;
+		r->missed += !obj_ok(r->s, key);
+	}
+	return NULL;
+}
+
+static void test_spill_concurrent_reads(void **state)
+{
+	(void)state;
+	struct spill_race r = {.s = open_ok("tier:mem:?capacity=48KiB|"
+	                                    "mem:?capacity=64KiB|"
+	                                    "mem:?capacity=32MiB")};
+	atomic_init(&r.written, 0);
+	atomic_init(&r.stop, 0);
+	pthread_t th;
+	ASSERT_EQ(pthread_create(&th, NULL, spill_reader, &r), 0);
+	char key[32];
+	for (size_t i = 0; i < 2000; i++) {
+		snprintf(key, sizeof key, "race%zu", i);
+		put_obj(r.s, key, KVL_PUT_STORED);
+		atomic_store(&r.written, i + 1);
+	}
+	atomic_store(&r.stop, 1);
+	pthread_join(th, NULL);
+	ASSERT_TRUE(r.reads > 0);
+	ASSERT_EQ_MSG(r.missed, 0, "%zu of %zu reads", r.missed, r.reads);
+	ASSERT_TRUE(tier_stats(r.s, 1).spills > 0);
+	ASSERT_U64(store_stats(r.s).evictions, 0);
+	kvl_store_close(r.s);
+}
+
 /* ------------------------------------------------------------- failures */
 
 static void test_failing_tier_degrades(void **state)
@@ -563,6 +616,7 @@ int main(void)
 		cmocka_unit_test(test_promotion),
 		cmocka_unit_test(test_put_top_and_through),
 		cmocka_unit_test(test_spill_down),
+		cmocka_unit_test(test_spill_concurrent_reads),
 		cmocka_unit_test(test_failing_tier_degrades),
 		cmocka_unit_test(test_remove_all),
 		cmocka_unit_test(test_close_with_promotions_queued),

@@ -13,6 +13,8 @@
 #ifndef KVL_BACKEND_H
 #define KVL_BACKEND_H
 
+#include <stdatomic.h>
+
 #include "core/mac.h"
 #include "core/render.h"
 #include "store/store.h"
@@ -77,12 +79,22 @@ int kvl__store_call(kvl_store *store, const kvl__batch *b);
 typedef void (*kvl__evict_fn)(void *ctx, const char *key, const void *data,
                               size_t len);
 
-/* Asks `store` to hand over every object it evicts to fn(ctx, …) from now
- * on (fn NULL: stop). For a wrapper (tier:) that spills victims into a
- * lower store. Set it once, before other threads use the store. 0, or
- * KVL_ENOTSUP when the backend cannot tell its evictions (redis://,
- * mooncake://: the server drops objects on its own). */
-int kvl__store_on_evict(kvl_store *store, kvl__evict_fn fn, void *ctx);
+typedef struct kvl__evict_hook {
+	kvl__evict_fn fn;
+	void *ctx;
+	/* Incremented once per victim at the moment it becomes invisible
+	 * (under the store's lock), before fn runs for it: with a count of
+	 * the fn calls done, a reader that missed a key can tell that a
+	 * victim was on its way down meanwhile, and look again. */
+	atomic_uint_fast64_t *unlinked;
+} kvl__evict_hook;
+
+/* Asks `store` to hand over every object it evicts through hook (which
+ * must outlive the store; NULL: stop). For a wrapper (tier:) that spills
+ * victims into a lower store. Set it once, before other threads use the
+ * store. 0, or KVL_ENOTSUP when the backend cannot tell its evictions
+ * (redis://, mooncake://: the server drops objects on its own). */
+int kvl__store_on_evict(kvl_store *store, const kvl__evict_hook *hook);
 
 /* [out] *len: the byte length of object `key` (the tenant's prefix is
  * added as for the batch calls). 1 found, 0 absent, <0 error; KVL_ENOTSUP
@@ -122,8 +134,8 @@ typedef struct kvl__store_ops {
 	void (*abort)(kvl_store *store, void *impl, kvl__view *v);
 	/* Optional (NULL: KVL_ENOTSUP): as kvl__store_on_evict and
 	 * kvl__store_size above; size gets a valid key. */
-	int (*on_evict)(kvl_store *store, void *impl, kvl__evict_fn fn,
-	                void *ctx);
+	int (*on_evict)(kvl_store *store, void *impl,
+	                const kvl__evict_hook *hook);
 	int (*size)(kvl_store *store, void *impl, const char *key,
 	            uint64_t *len);
 	/* Optional: more counters after the store's own in both stats

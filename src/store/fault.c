@@ -384,11 +384,11 @@ static int fault_size(kvl_store *store, void *impl, const char *key,
 
 /* The inner store's victims, as the inner store names them (the inner
  * store takes no tenant of its own here: it gets this store's keys). */
-static int fault_on_evict(kvl_store *store, void *impl, kvl__evict_fn fn,
-                          void *ctx)
+static int fault_on_evict(kvl_store *store, void *impl,
+                          const kvl__evict_hook *hook)
 {
 	struct fault_store *f = impl;
-	int rc = kvl__store_on_evict(f->inner, fn, ctx);
+	int rc = kvl__store_on_evict(f->inner, hook);
 	if (rc < 0)
 		kvl__fail(&store->err, rc, "%s", kvl_store_errmsg(f->inner));
 	return rc;

@@ -82,8 +82,7 @@ struct mem_store {
 	uint64_t hits, misses, puts, evictions, errors; /* (mu) */
 	/* Who gets the victims of evictions before they are freed (a tier:
 	 * store spilling them down); set once before the store is shared. */
-	kvl__evict_fn on_evict;
-	void *evict_ctx;
+	const kvl__evict_hook *hook;
 };
 
 /* Accounted bytes of an object. */
@@ -132,6 +131,8 @@ static void mem_unlink(struct mem_store *m, struct mem_obj *o, size_t slot,
 	mem_slot_delete(&m->ix, slot);
 	kvl__evict_unlink(&m->ev, &o->node, evicted, m->count);
 	o->linked = evicted ? MEM_EVICTED : 0;
+	if (evicted && m->hook) /* on its way to the hook from now */
+		atomic_fetch_add(m->hook->unlinked, 1);
 	m->count--;
 	if (o->readers == 0) {
 		m->used -= mem_cost(o);
@@ -161,10 +162,10 @@ static inline void mem_unpin(struct mem_store *m, struct mem_obj *o,
  * dropped, handing each evicted one to on_evict first. */
 static void mem_free_dead(struct mem_store *m, struct mem_obj *dead)
 {
-	if (m->on_evict)
+	if (m->hook)
 		for (struct mem_obj *o = dead; o; o = mem_dead_next(o))
 			if (o->linked == MEM_EVICTED)
-				m->on_evict(m->evict_ctx, o->key, o->data,
+				m->hook->fn(m->hook->ctx, o->key, o->data,
 				            o->len);
 	mem_free_list(&m->slab, dead);
 }
@@ -713,13 +714,12 @@ static int mem_size(kvl_store *store, void *impl, const char *key,
 	return found;
 }
 
-static int mem_on_evict(kvl_store *store, void *impl, kvl__evict_fn fn,
-                        void *ctx)
+static int mem_on_evict(kvl_store *store, void *impl,
+                        const kvl__evict_hook *hook)
 {
 	(void)store;
 	struct mem_store *m = impl;
-	m->on_evict = fn;
-	m->evict_ctx = ctx;
+	m->hook = hook;
 	return 0;
 }
 

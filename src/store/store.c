@@ -697,13 +697,13 @@ void kvl__store_render_more(kvl_store *store, struct kvl__cursor *c,
 		store->ops->render(store->impl, c, format);
 }
 
-int kvl__store_on_evict(kvl_store *store, kvl__evict_fn fn, void *ctx)
+int kvl__store_on_evict(kvl_store *store, const kvl__evict_hook *hook)
 {
 	if (!store->ops->on_evict)
 		return kvl__fail(&store->err, KVL_ENOTSUP,
 		                 "the %s store cannot hand over what it evicts",
 		                 store->ops->scheme);
-	return store->ops->on_evict(store, store->impl, fn, ctx);
+	return store->ops->on_evict(store, store->impl, hook);
 }
 
 int kvl__store_size(kvl_store *store, const char *key, uint64_t *len)

@@ -214,9 +214,11 @@ static int tier_options(struct tier_store *t, kvl__uri *uri, int *promote,
  * tell them (a remote store evicting on its own) is left as it is. */
 static void tier_hook_spills(struct tier_store *t)
 {
-	for (size_t i = 0; i + 1 < t->n; i++)
-		t->spills[i] = kvl__store_on_evict(t->tier[i], kvl__tier_spill,
-		                                   &t->slot[i]) == 0;
+	for (size_t i = 0; i + 1 < t->n; i++) {
+		t->hook[i] = (kvl__evict_hook){kvl__tier_spill, &t->slot[i],
+		                               &t->unlinked};
+		t->spills[i] = kvl__store_on_evict(t->tier[i], &t->hook[i]) == 0;
+	}
 }
 
 /* Memory that transfers may touch, given to every tier. A tier that

@@ -33,6 +33,7 @@ struct tier_store {
 	size_t n;                        /* tiers, 2 to KVL__TIER_MAX */
 	kvl_store *tier[KVL__TIER_MAX];  /* owned; top first */
 	struct tier_slot slot[KVL__TIER_MAX];
+	kvl__evict_hook hook[KVL__TIER_MAX]; /* each tier's spill-down */
 	int spills[KVL__TIER_MAX];       /* 1: its victims go down */
 	char shown[KVL__TIER_MAX][TIER_SHOWN]; /* redacted URIs */
 	int write_through;               /* write=through */
@@ -42,6 +43,10 @@ struct tier_store {
 	/* The store as a whole: keys found, not found, newly stored, failed
 	 * for the caller; promotions that failed. */
 	atomic_uint_fast64_t hits, misses, puts, errors, promote_failed;
+	/* Victims made invisible by any tier, and spills finished (taken
+	 * below or lost): while they differ, an object is on its way down
+	 * and a read that missed looks again (tier_ops.c). */
+	atomic_uint_fast64_t unlinked, spilled;
 	/* Everything above is immutable after open but the atomics. */
 };
 

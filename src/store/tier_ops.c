@@ -18,10 +18,15 @@
  * tier never hides a copy that another tier has.
  */
 #include <stdlib.h>
+#include <time.h>
 
 #include "store/tier_impl.h"
 
 #define TIER_CHUNK 256
+#define TIER_TRANSIT_MS 1000 /* a read waits this long at most for a
+                              * spill in progress elsewhere */
+#define TIER_LOOKS 8         /* looks of a read that keeps missing objects
+                              * on their way down */
 
 /* A chunk's state across the tiers it is asked of. */
 struct tier_pass {
@@ -76,7 +81,63 @@ static void tier_chunks(struct tier_store *t, kvl_store *store,
 
 /* --------------------------------------------------- exists, get: union */
 
-/* Asks each tier in turn for the keys of c that no tier above answered. */
+/* 1 when an object may have been on its way down (unlinked from one tier,
+ * not yet put into the next) at some time since spills numbered
+ * `spilled_before` had finished; it then waits (TIER_TRANSIT_MS at most)
+ * until every such spill is done, so that a second look finds it. */
+static int transit_wait(struct tier_store *t, uint64_t spilled_before)
+{
+	uint64_t u = atomic_load(&t->unlinked);
+	if (u == spilled_before)
+		return 0;
+	struct timespec t0, now, nap = {0, 20000};
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (atomic_load(&t->spilled) < u) {
+		nanosleep(&nap, NULL);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((now.tv_sec - t0.tv_sec) * 1000 +
+		            (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+		    TIER_TRANSIT_MS)
+			break;
+	}
+	return 1;
+}
+
+/* Asks tier k for the keys of c still open; returns how many it answered
+ * (found, or a final answer). */
+static size_t union_ask(struct tier_pass *p, const kvl__batch *c, unsigned k)
+{
+	struct tier_store *t = p->t;
+	int is_get = c->op == KVL__OP_GET;
+	size_t answered = 0;
+
+	p->k = k;
+	kvl__batch_runs(c, pass_skip, pass_run, p);
+	for (size_t i = 0; i < c->n; i++) {
+		if (p->done[i])
+			continue;
+		int r = c->results[i];
+		if (is_get ? r == 0 : r == 1) {
+			atomic_fetch_add(&t->c[k].hits, 1);
+			if (is_get && k > 0 && t->promoter)
+				kvl__promoter_offer(t->promoter, c->keys[i], k);
+		} else if (r == KVL_ERANGE || r == KVL_EINVAL) {
+			/* the same answer anywhere: final */
+		} else if (is_get ? r == KVL_ENOTFOUND : r == 0) {
+			continue; /* absent here: ask the next tier */
+		} else {
+			pass_failed(p, i, r);
+			continue;
+		}
+		p->done[i] = 1;
+		answered++;
+	}
+	return answered;
+}
+
+/* Asks each tier in turn for the keys of c that no tier above answered;
+ * again (TIER_LOOKS at most) for the keys still missing when an object was
+ * on its way down meanwhile: it was then in no tier for a moment. */
 static void union_chunk(struct tier_store *t, kvl_store *store,
                         const kvl__batch *c)
 {
@@ -86,30 +147,12 @@ static void union_chunk(struct tier_store *t, kvl_store *store,
 
 	memset(p.done, 0, c->n);
 	memset(p.err, 0, c->n * sizeof p.err[0]);
-	for (unsigned k = 0; k < t->n && open; k++) {
-		p.k = k;
-		kvl__batch_runs(c, pass_skip, pass_run, &p);
-		for (size_t i = 0; i < c->n; i++) {
-			if (p.done[i])
-				continue;
-			int r = c->results[i];
-			int found = is_get ? r == 0 : r == 1;
-			if (found) {
-				atomic_fetch_add(&t->c[k].hits, 1);
-				if (is_get && k > 0 && t->promoter)
-					kvl__promoter_offer(t->promoter,
-					                    c->keys[i], k);
-			} else if (r == KVL_ERANGE || r == KVL_EINVAL) {
-				/* the same answer anywhere: final */
-			} else if (!(is_get ? r == KVL_ENOTFOUND : r == 0)) {
-				pass_failed(&p, i, r);
-				continue;
-			} else {
-				continue; /* absent here: ask the next tier */
-			}
-			p.done[i] = 1;
-			open--;
-		}
+	for (int look = 1; open; look++) {
+		uint64_t spilled = atomic_load(&t->spilled);
+		for (unsigned k = 0; k < t->n && open; k++)
+			open -= union_ask(&p, c, k);
+		if (!open || look == TIER_LOOKS || !transit_wait(t, spilled))
+			break;
 	}
 	uint64_t hits = 0, misses = 0, errors = 0;
 	for (size_t i = 0; i < c->n; i++) {
@@ -288,14 +331,16 @@ void kvl__tier_spill(void *ctx, const char *key, const void *data,
 {
 	const struct tier_slot *s = ctx;
 	struct tier_store *t = s->t;
-	for (unsigned k = s->index + 1; k < t->n; k++) {
-		if (put_one(t, k, key, data, len)) {
-			atomic_fetch_add(&t->c[s->index].spills, 1);
-			return;
-		}
+	unsigned k;
+	for (k = s->index + 1; k < t->n; k++) {
+		if (put_one(t, k, key, data, len))
+			break;
 		atomic_fetch_add(&t->c[k].failures, 1);
 	}
-	atomic_fetch_add(&t->c[s->index].spills_lost, 1);
+	atomic_fetch_add(k < t->n ? &t->c[s->index].spills
+	                          : &t->c[s->index].spills_lost,
+	                 1);
+	atomic_fetch_add(&t->spilled, 1); /* after the put: see transit_wait */
 }
 
 /* ------------------------------------------------------------- promotion */
