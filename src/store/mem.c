@@ -49,6 +49,12 @@
  *    counted until it is freed; when the pinned bytes alone leave no room
  *    the put fails with KVL_EFULL and nothing is evicted.
  *
+ *  - A wrapper may ask for the victims (kvl__store_on_evict: the tier:
+ *    store spills them down). An evicted object is then marked
+ *    MEM_EVICTED and counted in the hook's `unlinked` at its unlink, and
+ *    handed to the hook, key and bytes, when it is freed: after the lock
+ *    is dropped (a victim that was being read, at its last unpin).
+ *
  * Locking: `mu` guards the table, the policy's lists and ghost, the counters
  * and every object's mutable fields. `slab.mu` (a leaf lock, never held with
  * `mu`) guards the slab's free lists and chunks. Hashing, payload copies,
