@@ -13,8 +13,6 @@
 #ifndef KVL_BACKEND_H
 #define KVL_BACKEND_H
 
-#include <stdatomic.h>
-
 #include "core/mac.h"
 #include "core/render.h"
 #include "store/store.h"
@@ -82,11 +80,11 @@ typedef void (*kvl__evict_fn)(void *ctx, const char *key, const void *data,
 typedef struct kvl__evict_hook {
 	kvl__evict_fn fn;
 	void *ctx;
-	/* Incremented once per victim at the moment it becomes invisible
-	 * (under the store's lock), before fn runs for it: with a count of
-	 * the fn calls done, a reader that missed a key can tell that a
-	 * victim was on its way down meanwhile, and look again. */
-	atomic_uint_fast64_t *unlinked;
+	/* Called once per victim, with its key, at the moment it becomes
+	 * invisible (under the store's lock: it must be quick and call no
+	 * store), before fn runs for it, so that a reader that missed the
+	 * key meanwhile can tell it was on its way down and look again. */
+	void (*unlinked)(void *ctx, const char *key);
 } kvl__evict_hook;
 
 /* Asks `store` to hand over every object it evicts through hook (which

@@ -51,7 +51,7 @@
  *
  *  - A wrapper may ask for the victims (kvl__store_on_evict: the tier:
  *    store spills them down). An evicted object is then marked
- *    MEM_EVICTED and counted in the hook's `unlinked` at its unlink, and
+ *    MEM_EVICTED and told to the hook's `unlinked` at its unlink, and
  *    handed to the hook, key and bytes, when it is freed: after the lock
  *    is dropped (a victim that was being read, at its last unpin).
  *
@@ -138,7 +138,7 @@ static void mem_unlink(struct mem_store *m, struct mem_obj *o, size_t slot,
 	kvl__evict_unlink(&m->ev, &o->node, evicted, m->count);
 	o->linked = evicted ? MEM_EVICTED : 0;
 	if (evicted && m->hook) /* on its way to the hook from now */
-		atomic_fetch_add(m->hook->unlinked, 1);
+		m->hook->unlinked(m->hook->ctx, o->key);
 	m->count--;
 	if (o->readers == 0) {
 		m->used -= mem_cost(o);

@@ -64,6 +64,7 @@ static void tier_close(void *impl)
 	kvl__promoter_free(t->promoter);
 	for (size_t i = 0; i < t->n; i++)
 		kvl_store_close(t->tier[i]);
+	kvl__transit_destroy(&t->transit);
 	free(t);
 }
 
@@ -119,12 +120,15 @@ static int tier_open_one(struct tier_store *t, size_t i, const char *uri,
 		                             ? " (the tier store's own options "
 		                               "go first: tier:?write=through|…)"
 		                             : "");
-	if (t->tier[i]->tenant_len)
+	if (t->tier[i]->tenant_len) {
+		kvl_store_close(t->tier[i]);
+		t->tier[i] = NULL;
 		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
 		                     "tier: store: tier %zu (\"%s\"): tenant= "
 		                     "belongs to the tier store "
 		                     "(tier:?tenant=NAME|…), not to one tier",
 		                     i, t->shown[i]);
+	}
 	return 0;
 }
 
@@ -216,7 +220,7 @@ static void tier_hook_spills(struct tier_store *t)
 {
 	for (size_t i = 0; i + 1 < t->n; i++) {
 		t->hook[i] = (kvl__evict_hook){kvl__tier_spill, &t->slot[i],
-		                               &t->unlinked};
+		                               kvl__tier_unlinked};
 		t->spills[i] = kvl__store_on_evict(t->tier[i], &t->hook[i]) == 0;
 	}
 }
@@ -256,6 +260,7 @@ static int tier_open(kvl_store *store, kvl__uri *uri, void **impl,
 		return kvl__fail_buf(errbuf, errlen, KVL_ENOMEM,
 		                     "tier: store: out of memory");
 	t->promote_max = TIER_PROMOTE_MAX_DEFAULT;
+	kvl__transit_init(&t->transit);
 	for (size_t i = 0; i < KVL__TIER_MAX; i++)
 		t->slot[i] = (struct tier_slot){t, (unsigned)i};
 

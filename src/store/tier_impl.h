@@ -13,6 +13,7 @@
 #include "store/backend.h"
 #include "store/tier.h"
 #include "store/tier_promote.h"
+#include "store/tier_transit.h"
 
 #define TIER_SHOWN 160 /* bytes of a tier's redacted URI kept for stats */
 
@@ -43,10 +44,9 @@ struct tier_store {
 	/* The store as a whole: keys found, not found, newly stored, failed
 	 * for the caller; promotions that failed. */
 	atomic_uint_fast64_t hits, misses, puts, errors, promote_failed;
-	/* Victims made invisible by any tier, and spills finished (taken
-	 * below or lost): while they differ, an object is on its way down
-	 * and a read that missed looks again (tier_ops.c). */
-	atomic_uint_fast64_t unlinked, spilled;
+	/* Objects on their way down (tier_transit.h): a read that missed
+	 * one looks again. */
+	kvl__transit transit;
 	/* Everything above is immutable after open but the atomics. */
 };
 
@@ -57,6 +57,7 @@ int kvl__tier_put(kvl_store *store, void *impl, const kvl__batch *b);
 int kvl__tier_remove(kvl_store *store, void *impl, const kvl__batch *b);
 void kvl__tier_spill(void *ctx, const char *key, const void *data,
                      size_t len);
+void kvl__tier_unlinked(void *ctx, const char *key);
 void kvl__tier_promote_one(void *ctx, const char *key, unsigned from);
 
 /* tier_stats.c */

@@ -26,7 +26,7 @@
 #define TIER_TRANSIT_MS 1000 /* a read waits this long at most for a
                               * spill in progress elsewhere */
 #define TIER_LOOKS 8         /* looks of a read that keeps missing objects
-                              * on their way down */
+                              * on their way down, at most */
 
 /* A chunk's state across the tiers it is asked of. */
 struct tier_pass {
@@ -81,24 +81,30 @@ static void tier_chunks(struct tier_store *t, kvl_store *store,
 
 /* --------------------------------------------------- exists, get: union */
 
-/* 1 when an object may have been on its way down (unlinked from one tier,
- * not yet put into the next) at some time since spills numbered
- * `spilled_before` had finished; it then waits (TIER_TRANSIT_MS at most)
- * until every such spill is done, so that a second look finds it. */
-static int transit_wait(struct tier_store *t, uint64_t spilled_before)
+/* After a look (begun at mark m) that missed keys: 1 when one of them was
+ * on its way down meanwhile, and then it has waited (TIER_TRANSIT_MS at
+ * most) until none of them is, so that the next look can find them. */
+static int transit_wait(struct tier_store *t, const struct tier_pass *p,
+                        const kvl__batch *c, kvl__transit_mark m)
 {
-	uint64_t u = atomic_load(&t->unlinked);
-	if (u == spilled_before)
+	uint64_t h[TIER_CHUNK];
+	size_t n = 0;
+	for (size_t i = 0; i < c->n; i++)
+		if (!p->done[i])
+			h[n++] = kvl__transit_hash(c->keys[i]);
+	if (!kvl__transit_since(&t->transit, m, h, n))
 		return 0;
 	struct timespec t0, now, nap = {0, 20000};
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (atomic_load(&t->spilled) < u) {
-		nanosleep(&nap, NULL);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((now.tv_sec - t0.tv_sec) * 1000 +
-		            (now.tv_nsec - t0.tv_nsec) / 1000000 >=
-		    TIER_TRANSIT_MS)
-			break;
+	for (size_t i = 0; i < n; i++) {
+		while (kvl__transit_moving(&t->transit, h[i])) {
+			nanosleep(&nap, NULL);
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			if ((now.tv_sec - t0.tv_sec) * 1000 +
+			            (now.tv_nsec - t0.tv_nsec) / 1000000 >=
+			    TIER_TRANSIT_MS)
+				return 1;
+		}
 	}
 	return 1;
 }
@@ -148,10 +154,10 @@ static void union_chunk(struct tier_store *t, kvl_store *store,
 	memset(p.done, 0, c->n);
 	memset(p.err, 0, c->n * sizeof p.err[0]);
 	for (int look = 1; open; look++) {
-		uint64_t spilled = atomic_load(&t->spilled);
+		kvl__transit_mark m = kvl__transit_mark_now(&t->transit);
 		for (unsigned k = 0; k < t->n && open; k++)
 			open -= union_ask(&p, c, k);
-		if (!open || look == TIER_LOOKS || !transit_wait(t, spilled))
+		if (!open || look == TIER_LOOKS || !transit_wait(t, &p, c, m))
 			break;
 	}
 	uint64_t hits = 0, misses = 0, errors = 0;
@@ -340,7 +346,16 @@ void kvl__tier_spill(void *ctx, const char *key, const void *data,
 	atomic_fetch_add(k < t->n ? &t->c[s->index].spills
 	                          : &t->c[s->index].spills_lost,
 	                 1);
-	atomic_fetch_add(&t->spilled, 1); /* after the put: see transit_wait */
+	/* after the put: a read that missed it looks again */
+	kvl__transit_end(&t->transit, kvl__transit_hash(key));
+}
+
+/* An object that tier slot->index evicted is invisible there from now:
+ * under that tier's lock. */
+void kvl__tier_unlinked(void *ctx, const char *key)
+{
+	const struct tier_slot *s = ctx;
+	kvl__transit_begin(&s->t->transit, kvl__transit_hash(key));
 }
 
 /* ------------------------------------------------------------- promotion */
