@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -511,6 +512,44 @@ static void test_close_with_promotions_queued(void **state)
 	                (unsigned long long)(now_ms() - t0));
 }
 
+/* ------------------------------------------------------ a remote tier */
+
+/* The store under test ($KVL_TEST_STORE_URI: a Redis cluster in the
+ * redis_tier run, else fault+mem:) as the lower tier: promotion from it,
+ * and spill-down of the embedded top into it. */
+static void test_remote_lower_tier(void **state)
+{
+	(void)state;
+	const char *low_uri = env_store() ? env_store() : "fault+mem:";
+	kvl_store *s = open_okf("tier:mem:?capacity=64KiB|%s", low_uri);
+	kvl_store *top = kvl__tier_at(s, 0), *low = kvl__tier_at(s, 1);
+	char key[64];
+	snprintf(key, sizeof key, "tier-remote-%ld-p", (long)getpid());
+	put_obj(low, key, KVL_PUT_STORED);
+	ASSERT_TRUE(obj_ok(s, key));
+	ASSERT_U64(tier_stats(s, 1).hits, 1);
+	await_in_top(s, key);
+	ASSERT_TRUE(obj_ok(top, key));
+	ASSERT_U64(promote_stats(s).failed, 0);
+
+	/* 100 objects through a top of 16: all readable, the rest below. */
+	size_t ok = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < 100; i++) {
+			snprintf(key, sizeof key, "tier-remote-%ld-%zu",
+			         (long)getpid(), i);
+			if (pass == 0)
+				put_obj(s, key, KVL_PUT_STORED);
+			else
+				ok += obj_ok(s, key);
+		}
+	ASSERT_EQ(ok, 100);
+	ASSERT_TRUE(tier_stats(s, 0).spills >= 80);
+	ASSERT_U64(tier_stats(s, 0).spills_lost, 0);
+	ASSERT_EQ(exists1(low, key), 1);
+	kvl_store_close(s);
+}
+
 /* ---------------------------------------------------------------- stats */
 
 static void test_stats_render(void **state)
@@ -620,6 +659,7 @@ int main(void)
 		cmocka_unit_test(test_failing_tier_degrades),
 		cmocka_unit_test(test_remove_all),
 		cmocka_unit_test(test_close_with_promotions_queued),
+		cmocka_unit_test(test_remote_lower_tier),
 		cmocka_unit_test(test_stats_render),
 		cmocka_unit_test_setup(test_linker_loads_from_lower_tier,
 		                       next_test),
