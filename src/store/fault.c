@@ -346,17 +346,21 @@ static int fault_remove(kvl_store *store, void *impl, const kvl__batch *b)
 	return fault_call(store, impl, b, 0);
 }
 
+/* 1 while the store is down (fault.down=1). */
+static int fault_down(struct fault_store *f)
+{
+	pthread_mutex_lock(&f->mu);
+	int down = f->cfg.down;
+	pthread_mutex_unlock(&f->mu);
+	return down;
+}
+
 /* Passed on to the inner store; fails while the store is down. */
 static int fault_reg(kvl_store *store, void *impl, void *addr, size_t len,
                      kvl_mem_kind mem)
 {
 	struct fault_store *f = impl;
-	int down;
-
-	pthread_mutex_lock(&f->mu);
-	down = f->cfg.down;
-	pthread_mutex_unlock(&f->mu);
-	if (down)
+	if (fault_down(f))
 		return kvl__fail(&store->err, KVL_EIO,
 		                 "kvl_store_register: store is down "
 		                 "(fault.down=1)");
@@ -371,12 +375,7 @@ static int fault_size(kvl_store *store, void *impl, const char *key,
                       uint64_t *len)
 {
 	struct fault_store *f = impl;
-	int down;
-
-	pthread_mutex_lock(&f->mu);
-	down = f->cfg.down;
-	pthread_mutex_unlock(&f->mu);
-	if (down)
+	if (fault_down(f))
 		return kvl__fail(&store->err, KVL_EIO,
 		                 "size: store is down (fault.down=1)");
 	return kvl__store_size(f->inner, key, len);

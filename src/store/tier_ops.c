@@ -229,6 +229,35 @@ static void put_top_chunk(struct tier_store *t, kvl_store *store,
 	atomic_fetch_add(&t->errors, errors);
 }
 
+/* Every tier gets every key of c: each tier's result for key i that is no
+ * failure is folded into best[i]; failures go to p. */
+static void every_tier(struct tier_pass *p, const kvl__batch *c, int *best,
+                       int (*fold)(int best, int r))
+{
+	int res[TIER_CHUNK];
+	kvl__batch tb = *c;
+	tb.results = res;
+
+	memset(p->err, 0, c->n * sizeof p->err[0]);
+	for (unsigned k = 0; k < p->t->n; k++) {
+		p->k = k;
+		int rc = kvl__store_call(p->t->tier[k], &tb);
+		for (size_t i = 0; i < c->n; i++) {
+			int r = rc < 0 ? rc : res[i];
+			if (r < 0)
+				pass_failed(p, i, r);
+			else
+				best[i] = fold(best[i], r);
+		}
+	}
+}
+
+/* Stored anywhere is stored; else present anywhere is present. */
+static int fold_put(int best, int r)
+{
+	return best < 0 || r == KVL_PUT_STORED ? r : best;
+}
+
 /* Write through: every tier gets every key; a key stored by any tier is
  * stored, present in all that answered is present, else the first
  * failure. */
@@ -236,26 +265,10 @@ static void put_through_chunk(struct tier_store *t, kvl_store *store,
                               const kvl__batch *c)
 {
 	struct tier_pass p = {.t = t, .store = store};
-	int best[TIER_CHUNK], res[TIER_CHUNK];
-	kvl__batch tb = *c;
-	tb.results = res;
-
-	memset(p.err, 0, c->n * sizeof p.err[0]);
+	int best[TIER_CHUNK];
 	for (size_t i = 0; i < c->n; i++)
 		best[i] = -1; /* no tier took it yet */
-	for (unsigned k = 0; k < t->n; k++) {
-		p.k = k;
-		int rc = kvl__store_call(t->tier[k], &tb);
-		for (size_t i = 0; i < c->n; i++) {
-			int r = rc < 0 ? rc : res[i];
-			if (r == KVL_PUT_STORED)
-				best[i] = KVL_PUT_STORED;
-			else if (r == KVL_PUT_PRESENT && best[i] < 0)
-				best[i] = KVL_PUT_PRESENT;
-			else if (r < 0)
-				pass_failed(&p, i, r);
-		}
-	}
+	every_tier(&p, c, best, fold_put);
 	uint64_t stored = 0, errors = 0;
 	for (size_t i = 0; i < c->n; i++) {
 		c->results[i] = best[i] >= 0 ? best[i] : p.err[i];
@@ -276,29 +289,20 @@ int kvl__tier_put(kvl_store *store, void *impl, const kvl__batch *b)
 
 /* ---------------------------------------------------------------- remove */
 
+static int fold_removed(int any, int r)
+{
+	return any | (r == 1);
+}
+
 /* Every tier: removed from any is removed, unless some tier failed (the
  * key may then remain there: its failure is the result). */
 static void remove_chunk(struct tier_store *t, kvl_store *store,
                          const kvl__batch *c)
 {
 	struct tier_pass p = {.t = t, .store = store};
-	int any[TIER_CHUNK], res[TIER_CHUNK];
-	kvl__batch tb = *c;
-	tb.results = res;
-
-	memset(p.err, 0, c->n * sizeof p.err[0]);
+	int any[TIER_CHUNK];
 	memset(any, 0, c->n * sizeof any[0]);
-	for (unsigned k = 0; k < t->n; k++) {
-		p.k = k;
-		int rc = kvl__store_call(t->tier[k], &tb);
-		for (size_t i = 0; i < c->n; i++) {
-			int r = rc < 0 ? rc : res[i];
-			if (r < 0)
-				pass_failed(&p, i, r);
-			else
-				any[i] |= r == 1;
-		}
-	}
+	every_tier(&p, c, any, fold_removed);
 	uint64_t errors = 0;
 	for (size_t i = 0; i < c->n; i++) {
 		c->results[i] = p.err[i] ? p.err[i] : any[i];

@@ -84,15 +84,6 @@ void kvl__tier_stats_whole(void *impl, kvl_store_stats *out)
 	X(bytes, "gauge", "bytes a tier holds")                            \
 	X(evictions, "counter", "objects a tier dropped to make room")
 
-/* A count, or the render's word for unknown. */
-static void put_n(kvl__cursor *c, uint64_t v, const char *unknown)
-{
-	if (v == UINT64_MAX)
-		kvl__put(c, "%s", unknown);
-	else
-		kvl__put(c, "%llu", (unsigned long long)v);
-}
-
 /* s with '"' and '\' escaped (as JSON strings and Prometheus labels
  * want) and control characters left out. */
 static void put_escaped(kvl__cursor *c, const char *s)
@@ -136,7 +127,7 @@ static void render_prom(struct tier_store *t, kvl__cursor *c,
 			kvl__put(c, "kvlink_store_tier_" #name "%s{tier="   \
 			            "\"%zu\"} ",                            \
 			         sfx, i);                                   \
-			put_n(c, s[i].own.name, "NaN");                     \
+			kvl__put_count(c, s[i].own.name, "NaN");                     \
 			kvl__put(c, "\n");                                  \
 		}                                                           \
 	}
@@ -176,7 +167,7 @@ static void render_json(struct tier_store *t, kvl__cursor *c,
 #undef TIER_JSON_
 #define OWN_JSON_(name, type, help)             \
 	kvl__put(c, ",\"" #name "\":");         \
-	put_n(c, s[i].own.name, "null");
+	kvl__put_count(c, s[i].own.name, "null");
 		OWN_FIELDS(OWN_JSON_)
 #undef OWN_JSON_
 		kvl__put(c, "}");
