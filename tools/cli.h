@@ -71,6 +71,7 @@ typedef struct kvl_cli_tier {
 	char uri[256]; /* redacted */
 	uint64_t hits, failures, promotions, spills, spills_lost, objects,
 	         evictions; /* UINT64_MAX: unknown */
+	uint64_t read_bytes, read_ns; /* what its gets served, and took */
 } kvl_cli_tier;
 #define KVL_CLI_TIERS_MAX 8
 /* The tiers of st into out (max at most): how many; 0 when st is not a

@@ -367,8 +367,10 @@ static void json_str(const char *s, char *out, size_t cap)
 }
 
 /* A tier: store's tiers: each one's share of the hits (keys found by a
- * lookup or a load, counted in the highest tier that had them), its
- * promotions up, spills down and failures. */
+ * lookup or a load, counted in the highest tier that had them), the rate
+ * of its reads (bytes its gets served over the time of the get calls it
+ * was asked, misses included), its promotions up, spills down and
+ * failures. */
 static void report_tiers(const bench_opts *o, const kvl_cli_tier *tr,
                          size_t n)
 {
@@ -381,10 +383,12 @@ static void report_tiers(const bench_opts *o, const kvl_cli_tier *tr,
 			char js[512];
 			json_str(tr[i].uri, js, sizeof js);
 			printf("%s{\"uri\":%s,\"hits\":%llu,\"hit_share\":%.4f,"
+			       "\"read_gbps\":%.3f,"
 			       "\"promotions\":%llu,\"spills\":%llu,"
 			       "\"spills_lost\":%llu,\"failures\":%llu}",
 			       i ? "," : "", js, (unsigned long long)tr[i].hits,
 			       all ? (double)tr[i].hits / (double)all : 0,
+			       gbps(tr[i].read_bytes, tr[i].read_ns),
 			       (unsigned long long)tr[i].promotions,
 			       (unsigned long long)tr[i].spills,
 			       (unsigned long long)tr[i].spills_lost,
@@ -394,12 +398,13 @@ static void report_tiers(const bench_opts *o, const kvl_cli_tier *tr,
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		printf("  tier %zu         %s: %.1f %% of hits (%llu), %llu "
-		       "promoted up, %llu spilled down (%llu lost), %llu "
-		       "failures\n",
+		printf("  tier %zu         %s: %.1f %% of hits (%llu), reads "
+		       "%.2f GB/s, %llu promoted up, %llu spilled down (%llu "
+		       "lost), %llu failures\n",
 		       i, tr[i].uri,
 		       all ? 100.0 * (double)tr[i].hits / (double)all : 0,
 		       (unsigned long long)tr[i].hits,
+		       gbps(tr[i].read_bytes, tr[i].read_ns),
 		       (unsigned long long)tr[i].promotions,
 		       (unsigned long long)tr[i].spills,
 		       (unsigned long long)tr[i].spills_lost,

@@ -53,6 +53,8 @@ size_t kvl_cli_tiers(kvl_store *st, kvl_cli_tier *out, size_t max)
 		t->spills_lost = member_u64(p, end, "spills_lost");
 		t->objects = member_u64(p, end, "objects");
 		t->evictions = member_u64(p, end, "evictions");
+		t->read_bytes = member_u64(p, end, "read_bytes");
+		t->read_ns = member_u64(p, end, "read_ns");
 		n++;
 		p = end;
 		if (end[1] == ']')

@@ -27,6 +27,8 @@ typedef struct kvl__tier_stats {
 	uint64_t promotions;  /* objects copied from it up into the top */
 	uint64_t spills;      /* objects it evicted that a lower tier took */
 	uint64_t spills_lost; /* objects it evicted that no lower tier took */
+	uint64_t read_bytes;  /* bytes its gets served to callers */
+	uint64_t read_ns;     /* time in its get calls (misses included) */
 	kvl_store_stats own;  /* the tier's own store counters */
 } kvl__tier_stats;
 

@@ -28,6 +28,7 @@ struct tier_slot {
 /* Per tier counters (kvl__tier_stats). */
 struct tier_counts {
 	atomic_uint_fast64_t hits, failures, promotions, spills, spills_lost;
+	atomic_uint_fast64_t read_bytes, read_ns; /* gets it was asked */
 };
 
 struct tier_store {

@@ -81,6 +81,13 @@ static void tier_chunks(struct tier_store *t, kvl_store *store,
 
 /* --------------------------------------------------- exists, get: union */
 
+static uint64_t tier_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* After a look (begun at mark m) that missed keys: 1 when one of them was
  * on its way down meanwhile, and then it has waited (TIER_TRANSIT_MS at
  * most) until none of them is, so that the next look can find them. */
@@ -118,13 +125,17 @@ static size_t union_ask(struct tier_pass *p, const kvl__batch *c, unsigned k)
 	size_t answered = 0;
 
 	p->k = k;
+	uint64_t t0 = is_get ? tier_now_ns() : 0, bytes = 0;
 	kvl__batch_runs(c, pass_skip, pass_run, p);
-	for (size_t i = 0; i < c->n; i++) {
+	for (size_t i = 0, at = 0; i < c->n; at += c->counts ? c->counts[i] : 0,
+	                                     i++) {
 		if (p->done[i])
 			continue;
 		int r = c->results[i];
 		if (is_get ? r == 0 : r == 1) {
 			atomic_fetch_add(&t->c[k].hits, 1);
+			for (size_t j = 0; is_get && j < c->counts[i]; j++)
+				bytes += c->ranges[at + j].len;
 			if (is_get && k > 0 && t->promoter)
 				kvl__promoter_offer(t->promoter, c->keys[i], k);
 		} else if (r == KVL_ERANGE || r == KVL_EINVAL) {
@@ -137,6 +148,10 @@ static size_t union_ask(struct tier_pass *p, const kvl__batch *c, unsigned k)
 		}
 		p->done[i] = 1;
 		answered++;
+	}
+	if (is_get) { /* the tier's read rate, its misses' cost included */
+		atomic_fetch_add(&t->c[k].read_bytes, bytes);
+		atomic_fetch_add(&t->c[k].read_ns, tier_now_ns() - t0);
 	}
 	return answered;
 }

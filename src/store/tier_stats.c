@@ -37,6 +37,8 @@ static void tier_fill(struct tier_store *t, size_t i, kvl__tier_stats *o)
 	o->promotions = ld(&t->c[i].promotions);
 	o->spills = ld(&t->c[i].spills);
 	o->spills_lost = ld(&t->c[i].spills_lost);
+	o->read_bytes = ld(&t->c[i].read_bytes);
+	o->read_ns = ld(&t->c[i].read_ns);
 }
 
 static void promote_fill(struct tier_store *t, kvl__tier_promote_stats *o)
@@ -77,7 +79,9 @@ void kvl__tier_stats_whole(void *impl, kvl_store_stats *out)
 	            "have served them)")                                   \
 	X(promotions, "objects copied from a tier up into the top tier")   \
 	X(spills, "objects a tier evicted that a lower tier took")         \
-	X(spills_lost, "objects a tier evicted that no lower tier took")
+	X(spills_lost, "objects a tier evicted that no lower tier took")    \
+	X(read_bytes, "bytes a tier's gets served")                        \
+	X(read_ns, "nanoseconds in a tier's get calls, misses included")
 
 #define OWN_FIELDS(X)                                                      \
 	X(objects, "gauge", "objects a tier holds")                        \
