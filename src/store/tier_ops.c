@@ -16,6 +16,13 @@
  * a key no tier answered gets the first failure seen, else absent. So a
  * key reads as present only if some tier read all its ranges, and a failed
  * tier never hides a copy that another tier has.
+ *
+ * Objects on their way down: a spilled object is invisible in its tier from
+ * its eviction until the spill's put below returns, so a concurrent read
+ * can miss it everywhere. Evictions and spills tell tier_transit.h; a read
+ * that missed keys asks it whether one of them was moving meanwhile, waits
+ * for that one, and looks again (TIER_LOOKS at most). Reads that find
+ * everything, and misses while nothing moves, pay one lock per chunk.
  */
 #include <stdlib.h>
 #include <time.h>
