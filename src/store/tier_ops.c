@@ -22,7 +22,7 @@
  * can miss it everywhere. Evictions and spills tell tier_transit.h; a read
  * that missed keys asks it whether one of them was moving meanwhile, waits
  * for that one, and looks again (TIER_LOOKS at most). Reads that find
- * everything, and misses while nothing moves, pay one lock per chunk.
+ * everything pay one lock per chunk; misses while nothing moves, two.
  */
 #include <stdlib.h>
 #include <time.h>
