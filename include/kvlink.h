@@ -743,6 +743,17 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       across processes. A missing directory is KVL_EIO, a path that is
  *       not one KVL_EINVAL. A handle is its opener's: a forked child
  *       opens its own. See docs/stores.md.
+ *   tier:[?options|]URI|URI[|URI...]    2 to 8 stores, top first
+ *       Reads see the union (a get reads from the highest tier that has
+ *       the key; a failing tier falls through to the next); a lower
+ *       tier's hit is promoted into the top tier in the background; puts
+ *       go to the top tier (falling back down when it fails) or, with
+ *       write=through, to every tier; what an embedded tier evicts is put
+ *       into the tiers below; remove removes from all. Options (before
+ *       the first '|'): write=top|through, promote=0|1, promote_queue=N,
+ *       promote_max=SIZE, spill=0|1, and breaker, tenant, secret_file for
+ *       the whole. Each tier's URI keeps its own '?' options. The stats
+ *       renders add per-tier figures. See docs/stores.md.
  *   fault+<URI>                         fault injection around any store
  *       (options prefixed fault.; see docs/stores.md)
  * Every store takes breaker=N (its circuit breaker: after N calls in a row

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvlink.h"
 
@@ -64,6 +65,18 @@ void kvl_cli_progress_start(kvl_cli_progress *p, int on, const char *unit);
 void kvl_cli_progress_show(kvl_cli_progress *p, size_t done, size_t total,
                            const char *label);
 void kvl_cli_progress_end(kvl_cli_progress *p);
+
+/* One tier of a tier: store, as its stats render tells (tiers.c). */
+typedef struct kvl_cli_tier {
+	char uri[256]; /* redacted */
+	uint64_t hits, failures, promotions, spills, spills_lost, objects,
+	         evictions; /* UINT64_MAX: unknown */
+	uint64_t read_bytes, read_ns; /* what its gets served, and took */
+} kvl_cli_tier;
+#define KVL_CLI_TIERS_MAX 8
+/* The tiers of st into out (max at most): how many; 0 when st is not a
+ * tier: store. */
+size_t kvl_cli_tiers(kvl_store *st, kvl_cli_tier *out, size_t max);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t kvl_cli_now_ns(void);

@@ -366,9 +366,55 @@ static void json_str(const char *s, char *out, size_t cap)
 	out[n] = '\0';
 }
 
+/* A tier: store's tiers: each one's share of the hits (keys found by a
+ * lookup or a load, counted in the highest tier that had them), the rate
+ * of its reads (bytes its gets served over the time of the get calls it
+ * was asked, misses included), its promotions up, spills down and
+ * failures. */
+static void report_tiers(const bench_opts *o, const kvl_cli_tier *tr,
+                         size_t n)
+{
+	uint64_t all = 0;
+	for (size_t i = 0; i < n; i++)
+		all += tr[i].hits;
+	if (o->json) {
+		printf(",\"tiers\":[");
+		for (size_t i = 0; i < n; i++) {
+			char js[512];
+			json_str(tr[i].uri, js, sizeof js);
+			printf("%s{\"uri\":%s,\"hits\":%llu,\"hit_share\":%.4f,"
+			       "\"read_gbps\":%.3f,"
+			       "\"promotions\":%llu,\"spills\":%llu,"
+			       "\"spills_lost\":%llu,\"failures\":%llu}",
+			       i ? "," : "", js, (unsigned long long)tr[i].hits,
+			       all ? (double)tr[i].hits / (double)all : 0,
+			       gbps(tr[i].read_bytes, tr[i].read_ns),
+			       (unsigned long long)tr[i].promotions,
+			       (unsigned long long)tr[i].spills,
+			       (unsigned long long)tr[i].spills_lost,
+			       (unsigned long long)tr[i].failures);
+		}
+		printf("]");
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		printf("  tier %zu         %s: %.1f %% of hits (%llu), reads "
+		       "%.2f GB/s, %llu promoted up, %llu spilled down (%llu "
+		       "lost), %llu failures\n",
+		       i, tr[i].uri,
+		       all ? 100.0 * (double)tr[i].hits / (double)all : 0,
+		       (unsigned long long)tr[i].hits,
+		       gbps(tr[i].read_bytes, tr[i].read_ns),
+		       (unsigned long long)tr[i].promotions,
+		       (unsigned long long)tr[i].spills,
+		       (unsigned long long)tr[i].spills_lost,
+		       (unsigned long long)tr[i].failures);
+}
+
 static void report(const bench_opts *o, const bench_ctx *c, double base,
                    const kvl_store_stats *ss, double wall_s,
-                   size_t slot_bytes)
+                   size_t slot_bytes, const kvl_cli_tier *tiers,
+                   size_t n_tiers)
 {
 	const bench_totals *t = &c->t;
 	double hit_ratio = t->pages ? (double)t->hit_pages / (double)t->pages
@@ -418,6 +464,8 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 		                  : 0,
 		       (unsigned long long)ss->evictions, wall_s,
 		       t->bad_pages ? "false" : "true");
+		if (n_tiers)
+			report_tiers(o, tiers, n_tiers);
 		/* --stats json: the linker's stats as a member, so that the
 		 * output is one JSON document. */
 		int rc = 0;
@@ -474,6 +522,7 @@ static void report(const bench_opts *o, const bench_ctx *c, double base,
 		printf("  store          %llu objects, %llu evictions\n",
 		       (unsigned long long)ss->objects,
 		       (unsigned long long)ss->evictions);
+	report_tiers(o, tiers, n_tiers);
 	printf("  verified       %s\n",
 	       t->bad_pages ? "NO: pages reported valid hold wrong bytes"
 	                    : "every byte of every page reported valid");
@@ -556,7 +605,9 @@ static int run_bench(const bench_opts *o)
 	double wall_s = (double)(kvl_cli_now_ns() - t_start) / 1e9;
 	kvl_store_stats ss;
 	kvl_store_stats_get(st, &ss);
-	report(o, &c, base, &ss, wall_s, pool.slot_bytes);
+	kvl_cli_tier tiers[KVL_CLI_TIERS_MAX];
+	size_t n_tiers = kvl_cli_tiers(st, tiers, KVL_CLI_TIERS_MAX);
+	report(o, &c, base, &ss, wall_s, pool.slot_bytes, tiers, n_tiers);
 	if (o->stats && !o->json)
 		kvl_cli_print_stats(c.lk, NULL, o->stats_fmt);
 	rc = c.t.bad_pages ? 1 : 0;

@@ -42,6 +42,14 @@ static void replay_usage(FILE *f)
 	        "partly filled\n"
 	        "                       block too (engines store whole "
 	        "blocks only)\n"
+	        "  --store URI          replay once over this store instead "
+	        "(capacities in\n"
+	        "                       the URI; a tier: store reports block "
+	        "hits per tier)\n"
+	        "  --load               load each request's hit blocks before "
+	        "offloading it,\n"
+	        "                       as an engine does (a tier: store then "
+	        "promotes them)\n"
 	        "  --json               one JSON object per replay\n"
 	        "  --skip-bad           count and skip malformed lines "
 	        "instead of stopping\n"
@@ -88,7 +96,7 @@ int kvl_cmd_replay(int argc, char **argv)
 	enum { O_JSON = 256, O_SKIP_BAD, O_PROGRESS, O_NO_PROGRESS,
 	       O_PARTIAL,
 	       O_CAP_BLOCKS, O_CAPACITY, O_BLOCK_BYTES, O_BLOCK_TOKENS, O_POLICY, O_SWEEP,
-	       O_PLOT };
+	       O_PLOT, O_STORE, O_LOAD };
 	static const struct option opts[] = {
 		{"help", no_argument, NULL, 'h'},
 		{"json", no_argument, NULL, O_JSON},
@@ -103,6 +111,8 @@ int kvl_cmd_replay(int argc, char **argv)
 		{"policy", required_argument, NULL, O_POLICY},
 		{"sweep", required_argument, NULL, O_SWEEP},
 		{"plot", required_argument, NULL, O_PLOT},
+		{"store", required_argument, NULL, O_STORE},
+		{"load", no_argument, NULL, O_LOAD},
 		{NULL, 0, NULL, 0}};
 	const char *v;
 	optind = 1;
@@ -125,6 +135,12 @@ int kvl_cmd_replay(int argc, char **argv)
 			break;
 		case O_PARTIAL:
 			o.partial_blocks = 1;
+			break;
+		case O_STORE:
+			o.store = v;
+			break;
+		case O_LOAD:
+			o.load = 1;
 			break;
 		case O_CAP_BLOCKS:
 			if (kvl_cli_parse_u64(v, &o.capacity_blocks) ||
@@ -181,6 +197,15 @@ int kvl_cmd_replay(int argc, char **argv)
 	if (!o.trace)
 		return kvl_cli_usage_error("replay", "which trace? (kvlink "
 		                                     "replay --help)");
+	if (o.store && (have_cap_blocks || o.capacity_bytes || policy_arg ||
+	                sweep_arg))
+		return kvl_cli_usage_error(
+			"replay", "--store replays one store as its URI says: "
+			          "give its capacities and policy there, not with "
+			          "--capacity, --capacity-blocks, --policy or "
+			          "--sweep");
+	if (o.store)
+		kvl_cli_uri(o.store, o.store_shown, sizeof o.store_shown);
 	if (policy_arg) {
 		if (split_list(policy_arg, o.policies, RP_MAX_POLICIES,
 		               &o.n_policies))

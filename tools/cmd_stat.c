@@ -131,6 +131,24 @@ int kvl_cmd_stat(int argc, char **argv)
 			       s.breaker_open ? "open" : "closed",
 			       (unsigned long long)s.breaker_opens,
 			       (unsigned long long)s.breaker_refused);
+			kvl_cli_tier tr[KVL_CLI_TIERS_MAX];
+			size_t nt = kvl_cli_tiers(st, tr, KVL_CLI_TIERS_MAX);
+			for (size_t i = 0; i < nt; i++) {
+				printf("  tier %zu    %s: ", i, tr[i].uri);
+				if (tr[i].objects == UINT64_MAX)
+					printf("unknown objects");
+				else
+					printf("%llu objects",
+					       (unsigned long long)tr[i].objects);
+				printf(", %llu hits, %llu promoted up, %llu "
+				       "spilled down (%llu lost), %llu "
+				       "failures\n",
+				       (unsigned long long)tr[i].hits,
+				       (unsigned long long)tr[i].promotions,
+				       (unsigned long long)tr[i].spills,
+				       (unsigned long long)tr[i].spills_lost,
+				       (unsigned long long)tr[i].failures);
+			}
 			/* No call failed: the message is the open's note. */
 			if (kvl_store_errmsg(st)[0])
 				printf("  note      %s\n", kvl_store_errmsg(st));

@@ -67,6 +67,10 @@ static void store_uri(char *buf, size_t len, const rp_opts *o,
                       const char *policy, uint64_t cap_blocks)
 {
 	uint64_t bytes = o->capacity_bytes;
+	if (o->store) {
+		snprintf(buf, len, "%s", o->store);
+		return;
+	}
 	if (!bytes) {
 		/* Room for every block of the trace: only max_objects (if
 		 * any) limits. Objects cost size + key + 64 bytes. */
@@ -83,26 +87,66 @@ static void store_uri(char *buf, size_t len, const rp_opts *o,
 		snprintf(buf + n, len - (size_t)n, "&policy=%s", policy);
 }
 
+/* Loads the first n blocks of request i (whose hashes are in e) into the
+ * slots they came from, every layer: 0, or 1 after printing why. */
+static int load_hits(kvl_linker *lk, rp_env *e, size_t i, size_t n,
+                     rp_result *res)
+{
+	const size_t *sl[1] = {e->slots};
+	uint64_t id = (uint64_t)i | (1ull << 63), b = 0;
+	kvl_completion c;
+	size_t got = 0;
+	int rc = kvl_linker_load(lk, id, e->hashes, n, sl);
+	if (rc == 0)
+		rc = kvl_linker_start(lk, &b);
+	if (rc == 0 && kvl_linker_wait(lk, b, kvl_linker_layers(lk) - 1,
+	                               60000) == KVL_ETIMEDOUT)
+		rc = KVL_ETIMEDOUT;
+	if (rc == 0) /* a failed page shows in the completion */
+		rc = kvl_linker_poll(lk, &c, 1, &got, 60000);
+	if (rc || got != 1) {
+		fprintf(stderr, "kvlink replay: request %zu: load: %s (%s)\n",
+		        i + 1, rc ? kvl_strerror(rc) : "no completion",
+		        kvl_linker_errmsg(lk));
+		return 1;
+	}
+	res->loaded_blocks += c.valid_pages;
+	return 0;
+}
+
+/* Adds to res the blocks that tier k's hits grew by since `before`. */
+static void count_tier_hits(kvl_store *st, const kvl_cli_tier *before,
+                            rp_result *res)
+{
+	kvl_cli_tier now[KVL_CLI_TIERS_MAX];
+	size_t n = kvl_cli_tiers(st, now, KVL_CLI_TIERS_MAX);
+	for (size_t k = 0; k < n && k < res->n_tiers; k++)
+		res->tier_hit_blocks[k] += now[k].hits - before[k].hits;
+}
+
 /* One replay of the whole trace. 0, or 1 after printing why. */
 int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
                       const char *policy, uint64_t cap_blocks,
                       rp_result *res)
 {
-	char uri[256], err[512];
+	char uri[1024], err[512];
 	kvl_store *st = NULL;
 	kvl_linker *lk = NULL;
 	int rc = 1;
 
 	memset(res, 0, sizeof *res);
-	res->policy = policy ? policy : kvl_mem_policy_name(0);
+	res->policy = policy     ? policy
+	              : o->store ? "store"
+	                         : kvl_mem_policy_name(0);
 	res->capacity_blocks = cap_blocks;
 	store_uri(uri, sizeof uri, o, t, e, policy, cap_blocks);
 	if (kvl_store_open(uri, &st, err, sizeof err)) {
-		char shown[256];
+		char shown[1024];
 		fprintf(stderr, "kvlink replay: store '%s': %s\n",
 		        kvl_cli_uri(uri, shown, sizeof shown), err);
 		return 1;
 	}
+	res->n_tiers = kvl_cli_tiers(st, res->tiers, KVL_CLI_TIERS_MAX);
 	kvl_linker_opts lo = KVL_LINKER_OPTS_INIT;
 	if (t->max_blocks > (1u << 20))
 		lo.max_request_pages = (uint32_t)t->max_blocks;
@@ -137,12 +181,19 @@ int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
 		/* A request without blocks has nothing to look up (and a
 		 * lookup of 0 pages as a linker's first one would memset
 		 * NULL). */
+		kvl_cli_tier before[KVL_CLI_TIERS_MAX];
+		if (n && res->n_tiers)
+			kvl_cli_tiers(st, before, KVL_CLI_TIERS_MAX);
 		if (n && kvl_linker_lookup(lk, e->hashes, n, NULL, &hit)) {
 			fprintf(stderr, "kvlink replay: request %zu: lookup: "
 			                "%s\n",
 			        i + 1, kvl_linker_errmsg(lk));
 			goto out;
 		}
+		if (n && res->n_tiers)
+			count_tier_hits(st, before, res);
+		if (hit && o->load && load_hits(lk, e, i, hit, res))
+			goto out;
 		res->hit_blocks += hit;
 		res->blocks += n;
 		uint64_t ht = (uint64_t)hit * o->block_tokens;
@@ -176,6 +227,8 @@ int rp_replay_one(const rp_opts *o, const rp_trace *t, rp_env *e,
 	kvl_store_stats_get(st, &ss);
 	res->evictions = ss.evictions;
 	res->stored = ss.puts;
+	if (res->n_tiers) /* the figures at the end */
+		res->n_tiers = kvl_cli_tiers(st, res->tiers, KVL_CLI_TIERS_MAX);
 	rc = 0;
 out:
 	kvl_linker_close(lk);

@@ -23,12 +23,21 @@
  * every block of the trace ("unlimited": nothing is ever evicted).
  * --sweep lists capacities in blocks and replays each with each policy;
  * --plot draws the token hit ratios as an SVG.
+ *
+ * --store URI replays once over that store instead (any scheme; its
+ * capacities are the URI's). With --load, the hit blocks of each request
+ * are loaded (kvl_linker_load, all layers) before its offload, as an
+ * engine restores them, so a tier: store promotes them. Over a tier:
+ * store the results add each tier's block hits: the keys its lookups
+ * found first in that tier (the tier's hits counted around each lookup,
+ * so the offloads' own existence checks are left out).
  */
 #ifndef KVL_TOOL_REPLAY_H
 #define KVL_TOOL_REPLAY_H
 
 #include <stdio.h>
 
+#include "cli.h"
 #include "kvlink.h"
 #include "trace.h"
 
@@ -48,13 +57,22 @@ typedef struct rp_opts {
 	const char *plot;
 	int json, skip_bad, progress;
 	int partial_blocks; /* look up and store a partly filled last block */
+	const char *store;  /* --store URI, or NULL: mem: built per run */
+	char store_shown[512]; /* --store's URI redacted, for the output */
+	int load;           /* --load: load the hit blocks before offloading */
 } rp_opts;
 
 typedef struct rp_result {
 	const char *policy;
 	uint64_t capacity_blocks; /* RP_UNLIMITED: none */
 	uint64_t hit_blocks, blocks, hit_tokens, evictions, stored;
+	uint64_t loaded_blocks; /* --load: blocks loaded valid */
 	double wall_s;
+	/* Over a tier: store: its tiers, and the blocks the lookups found
+	 * first in each. */
+	kvl_cli_tier tiers[KVL_CLI_TIERS_MAX];
+	size_t n_tiers;
+	uint64_t tier_hit_blocks[KVL_CLI_TIERS_MAX];
 } rp_result;
 
 static inline double rp_ratio(uint64_t a, uint64_t b)

@@ -22,13 +22,37 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/* A tier: store's tiers as a JSON member. */
+static void json_tiers(const rp_result *r)
+{
+	printf(",\"tiers\":[");
+	for (size_t k = 0; k < r->n_tiers; k++) {
+		const kvl_cli_tier *tr = &r->tiers[k];
+		printf("%s{\"uri\":", k ? "," : "");
+		json_str(stdout, tr->uri);
+		printf(",\"hit_blocks\":%llu,\"block_hit_ratio\":%.6f,"
+		       "\"promotions\":%llu,\"spills\":%llu,"
+		       "\"spills_lost\":%llu,\"failures\":%llu}",
+		       (unsigned long long)r->tier_hit_blocks[k],
+		       rp_ratio(r->tier_hit_blocks[k], r->blocks),
+		       (unsigned long long)tr->promotions,
+		       (unsigned long long)tr->spills,
+		       (unsigned long long)tr->spills_lost,
+		       (unsigned long long)tr->failures);
+	}
+	printf("]");
+}
+
 void rp_print_json(const rp_opts *o, const rp_trace *t,
                        const rp_result *r)
 {
 	printf("{\"trace\":");
 	json_str(stdout, t->path);
 	printf(",\"policy\":");
-	json_str(stdout, r->policy);
+	if (o->store)
+		printf("null"); /* the store's own, as its URI says */
+	else
+		json_str(stdout, r->policy);
 	if (r->capacity_blocks == RP_UNLIMITED)
 		printf(",\"capacity_blocks\":null");
 	else
@@ -45,7 +69,7 @@ void rp_print_json(const rp_opts *o, const rp_trace *t,
 	       "\"hit_tokens\":%llu,\"token_hit_ratio\":%.6f,"
 	       "\"block_hit_ratio\":%.6f,\"stored_blocks\":%llu,"
 	       "\"evictions\":%llu,\"wall_s\":%.3f,"
-	       "\"requests_per_s\":%.1f}\n",
+	       "\"requests_per_s\":%.1f",
 	       (unsigned long long)o->block_bytes,
 	       (unsigned long long)o->block_tokens,
 	       o->partial_blocks ? "true" : "false", t->n_reqs,
@@ -59,6 +83,16 @@ void rp_print_json(const rp_opts *o, const rp_trace *t,
 	       (unsigned long long)r->stored,
 	       (unsigned long long)r->evictions, r->wall_s,
 	       r->wall_s > 0 ? (double)t->n_reqs / r->wall_s : 0);
+	if (o->store) {
+		printf(",\"store\":");
+		json_str(stdout, o->store_shown);
+	}
+	if (o->load)
+		printf(",\"loaded_blocks\":%llu",
+		       (unsigned long long)r->loaded_blocks);
+	if (r->n_tiers)
+		json_tiers(r);
+	printf("}\n");
 	fflush(stdout);
 }
 
@@ -92,9 +126,13 @@ void rp_print_text(const rp_opts *o, const rp_trace *t,
 {
 	char cap[48];
 	cap_text(cap, sizeof cap, o, r->capacity_blocks);
-	printf("  policy         %s\n", r->policy);
-	printf("  capacity       %s%s\n", cap,
-	       r->capacity_blocks != RP_UNLIMITED ? " blocks" : "");
+	if (o->store) {
+		printf("  store          %s\n", o->store_shown);
+	} else {
+		printf("  policy         %s\n", r->policy);
+		printf("  capacity       %s%s\n", cap,
+		       r->capacity_blocks != RP_UNLIMITED ? " blocks" : "");
+	}
 	printf("  token hits     %.2f %%  (%llu of %llu input tokens)\n",
 	       100 * rp_ratio(r->hit_tokens, t->input_tokens),
 	       (unsigned long long)r->hit_tokens,
@@ -103,6 +141,20 @@ void rp_print_text(const rp_opts *o, const rp_trace *t,
 	       100 * rp_ratio(r->hit_blocks, r->blocks),
 	       (unsigned long long)r->hit_blocks,
 	       (unsigned long long)r->blocks);
+	for (size_t k = 0; k < r->n_tiers; k++)
+		printf("  tier %zu         %.2f %%  (%llu blocks) in %s; %llu "
+		       "promoted up, %llu spilled down (%llu lost), %llu "
+		       "failures\n",
+		       k, 100 * rp_ratio(r->tier_hit_blocks[k], r->blocks),
+		       (unsigned long long)r->tier_hit_blocks[k],
+		       r->tiers[k].uri,
+		       (unsigned long long)r->tiers[k].promotions,
+		       (unsigned long long)r->tiers[k].spills,
+		       (unsigned long long)r->tiers[k].spills_lost,
+		       (unsigned long long)r->tiers[k].failures);
+	if (o->load)
+		printf("  loaded         %llu blocks\n",
+		       (unsigned long long)r->loaded_blocks);
 	printf("  stored         %llu blocks, %llu evictions\n",
 	       (unsigned long long)r->stored,
 	       (unsigned long long)r->evictions);

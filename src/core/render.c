@@ -47,7 +47,7 @@ int kvl__cursor_finish(kvl__cursor *c, size_t *needed)
 
 /* A count the store cannot tell (UINT64_MAX, kvlink.h) is written as
  * Prometheus' NaN and JSON's null, never as 18446744073709551615. */
-static void put_count(kvl__cursor *c, uint64_t v, const char *unknown)
+void kvl__put_count(kvl__cursor *c, uint64_t v, const char *unknown)
 {
 	if (v == UINT64_MAX)
 		kvl__put(c, "%s", unknown);
@@ -66,7 +66,7 @@ void kvl__render_store_prom(kvl__cursor *c, const kvl_store_stats *s,
 		            "kvlink_store_" #name "%s %s\nkvlink_store_"  \
 		            #name "%s ",                                  \
 		         sfx, help, sfx, type, sfx);                      \
-		put_count(c, s->name, "NaN");                            \
+		kvl__put_count(c, s->name, "NaN");                            \
 		kvl__put(c, "\n");                                       \
 	}
 	STORE_FIELDS(STORE_PROM_)
@@ -81,7 +81,7 @@ void kvl__render_store_json(kvl__cursor *c, const kvl_store_stats *s,
 	const char *sep = "";
 #define STORE_JSON_(name, type, help)                              \
 	kvl__put(c, "%s\"" #name "\":", sep);                      \
-	put_count(c, s->name, "null");                             \
+	kvl__put_count(c, s->name, "null");                             \
 	sep = ",";
 	STORE_FIELDS(STORE_JSON_)
 #undef STORE_JSON_

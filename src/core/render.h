@@ -25,6 +25,10 @@ void kvl__put(kvl__cursor *c, const char *fmt, ...)
  * NUL-terminated prefix). */
 int kvl__cursor_finish(kvl__cursor *c, size_t *needed);
 
+/* A count; one the store cannot tell (UINT64_MAX) as `unknown` (NaN in
+ * Prometheus text, null in JSON). */
+void kvl__put_count(kvl__cursor *c, uint64_t v, const char *unknown);
+
 /* A store's counters: Prometheus lines, or JSON members without braces;
  * a non-empty `note` (an option the store could not honour) follows as a
  * comment line, or as the member "note". */

@@ -108,6 +108,7 @@ int kvl_linker_stats_render(kvl_linker *lk, kvl_stats_format format, char *buf,
 			          (const kvl__hist *)((const char *)st +
 			                              hists[i].off));
 		kvl__render_store_prom(&c, &ss, kvl__store_note(lk->store));
+		kvl__store_render_more(lk->store, &c, format);
 	} else {
 		kvl__put(&c, "{\"linker\":{");
 		const char *sep = "";
@@ -126,6 +127,7 @@ int kvl_linker_stats_render(kvl_linker *lk, kvl_stats_format format, char *buf,
 		}
 		kvl__put(&c, "},\"store\":{");
 		kvl__render_store_json(&c, &ss, kvl__store_note(lk->store));
+		kvl__store_render_more(lk->store, &c, format);
 		kvl__put(&c, "}}\n");
 	}
 	rc = kvl__cursor_finish(&c, needed);

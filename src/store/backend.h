@@ -14,6 +14,7 @@
 #define KVL_BACKEND_H
 
 #include "core/mac.h"
+#include "core/render.h"
 #include "store/store.h"
 #include "store/uri.h"
 
@@ -68,6 +69,37 @@ int kvl__store_open_wrapped(const char *uri, kvl_store **out, char *errbuf,
  * do, then runs the backend. For backends that wrap another store. */
 int kvl__store_call(kvl_store *store, const kvl__batch *b);
 
+/* An object a store drops to make room, handed to whoever asked for its
+ * victims (kvl__store_on_evict) before its bytes are freed: its key as the
+ * backend holds it (with the store's tenant prefix, if any) and its bytes,
+ * valid only during the call. Called on the thread whose call evicted it,
+ * with no lock of the store held, so it may call other stores. */
+typedef void (*kvl__evict_fn)(void *ctx, const char *key, const void *data,
+                              size_t len);
+
+typedef struct kvl__evict_hook {
+	kvl__evict_fn fn;
+	void *ctx;
+	/* Called once per victim, with its key, at the moment it becomes
+	 * invisible (under the store's lock: it must be quick and call no
+	 * store), before fn runs for it, so that a reader that missed the
+	 * key meanwhile can tell it was on its way down and look again. */
+	void (*unlinked)(void *ctx, const char *key);
+} kvl__evict_hook;
+
+/* Asks `store` to hand over every object it evicts through hook (which
+ * must outlive the store; NULL: stop). For a wrapper (tier:) that spills
+ * victims into a lower store. Set it once, before other threads use the
+ * store. 0, or KVL_ENOTSUP when the backend cannot tell its evictions
+ * (redis://, mooncake://: the server drops objects on its own). */
+int kvl__store_on_evict(kvl_store *store, const kvl__evict_hook *hook);
+
+/* [out] *len: the byte length of object `key` (the tenant's prefix is
+ * added as for the batch calls). 1 found, 0 absent, <0 error; KVL_ENOTSUP
+ * when the backend cannot tell (the tier: store then does not promote from
+ * it). */
+int kvl__store_size(kvl_store *store, const char *key, uint64_t *len);
+
 typedef struct kvl__store_ops {
 	const char *scheme;
 	/* Opens the backend from a parsed URI into *impl and says what it can
@@ -98,6 +130,15 @@ typedef struct kvl__store_ops {
 	int (*commit)(kvl_store *store, void *impl, const char *key,
 	              kvl__view *v);
 	void (*abort)(kvl_store *store, void *impl, kvl__view *v);
+	/* Optional (NULL: KVL_ENOTSUP): as kvl__store_on_evict and
+	 * kvl__store_size above; size gets a valid key. */
+	int (*on_evict)(kvl_store *store, void *impl,
+	                const kvl__evict_hook *hook);
+	int (*size)(kvl_store *store, void *impl, const char *key,
+	            uint64_t *len);
+	/* Optional: more counters after the store's own in both stats
+	 * renders (kvl__store_render_more). */
+	void (*render)(void *impl, kvl__cursor *c, kvl_stats_format format);
 } kvl__store_ops;
 
 struct kvl_store {
@@ -118,6 +159,7 @@ struct kvl_store {
 extern const kvl__store_ops kvl__store_mem_ops;
 extern const kvl__store_ops kvl__store_fault_ops;
 extern const kvl__store_ops kvl__store_file_ops;
+extern const kvl__store_ops kvl__store_tier_ops;
 extern const kvl__store_ops kvl__store_redis_ops; /* when KVL_HAVE_REDIS */
 extern const kvl__store_ops kvl__store_rediss_ops; /* the same, over TLS */
 extern const kvl__store_ops kvl__store_mooncake_ops;

@@ -346,21 +346,48 @@ static int fault_remove(kvl_store *store, void *impl, const kvl__batch *b)
 	return fault_call(store, impl, b, 0);
 }
 
+/* 1 while the store is down (fault.down=1). */
+static int fault_down(struct fault_store *f)
+{
+	pthread_mutex_lock(&f->mu);
+	int down = f->cfg.down;
+	pthread_mutex_unlock(&f->mu);
+	return down;
+}
+
 /* Passed on to the inner store; fails while the store is down. */
 static int fault_reg(kvl_store *store, void *impl, void *addr, size_t len,
                      kvl_mem_kind mem)
 {
 	struct fault_store *f = impl;
-	int down;
-
-	pthread_mutex_lock(&f->mu);
-	down = f->cfg.down;
-	pthread_mutex_unlock(&f->mu);
-	if (down)
+	if (fault_down(f))
 		return kvl__fail(&store->err, KVL_EIO,
 		                 "kvl_store_register: store is down "
 		                 "(fault.down=1)");
 	int rc = kvl_store_register(f->inner, addr, len, mem);
+	if (rc < 0)
+		kvl__fail(&store->err, rc, "%s", kvl_store_errmsg(f->inner));
+	return rc;
+}
+
+/* The inner store's answer; an error while the store is down. */
+static int fault_size(kvl_store *store, void *impl, const char *key,
+                      uint64_t *len)
+{
+	struct fault_store *f = impl;
+	if (fault_down(f))
+		return kvl__fail(&store->err, KVL_EIO,
+		                 "size: store is down (fault.down=1)");
+	return kvl__store_size(f->inner, key, len);
+}
+
+/* The inner store's victims, as the inner store names them (the inner
+ * store takes no tenant of its own here: it gets this store's keys). */
+static int fault_on_evict(kvl_store *store, void *impl,
+                          const kvl__evict_hook *hook)
+{
+	struct fault_store *f = impl;
+	int rc = kvl__store_on_evict(f->inner, hook);
 	if (rc < 0)
 		kvl__fail(&store->err, rc, "%s", kvl_store_errmsg(f->inner));
 	return rc;
@@ -502,6 +529,12 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 		                     "store; expected fault+<scheme>, e.g. "
 		                     "\"fault+mem:?fault.error=0.1\"",
 		                     uri->scheme);
+	if (strcmp(uri->scheme + FAULT_PREFIX_LEN, "tier") == 0)
+		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
+		                     "fault store: cannot wrap a tier: store "
+		                     "(its '|' and '?' would mix with fault's "
+		                     "options); wrap its tiers instead, e.g. "
+		                     "\"tier:fault+mem:?fault.error=0.1|mem:\"");
 	rc = fault_read_options(uri, &cfg, &seed, &whole, &unknown, errbuf,
 	                        errlen);
 	if (rc < 0)
@@ -552,6 +585,8 @@ const kvl__store_ops kvl__store_fault_ops = {
 	.remove = fault_remove,
 	.reg = fault_reg,
 	.stats = fault_stats,
+	.on_evict = fault_on_evict,
+	.size = fault_size,
 };
 
 /* --------------------------------------------------------------- control */

@@ -49,6 +49,12 @@
  *    counted until it is freed; when the pinned bytes alone leave no room
  *    the put fails with KVL_EFULL and nothing is evicted.
  *
+ *  - A wrapper may ask for the victims (kvl__store_on_evict: the tier:
+ *    store spills them down). An evicted object is then marked
+ *    MEM_EVICTED and told to the hook's `unlinked` at its unlink, and
+ *    handed to the hook, key and bytes, when it is freed: after the lock
+ *    is dropped (a victim that was being read, at its last unpin).
+ *
  * Locking: `mu` guards the table, the policy's lists and ghost, the counters
  * and every object's mutable fields. `slab.mu` (a leaf lock, never held with
  * `mu`) guards the slab's free lists and chunks. Hashing, payload copies,
@@ -80,6 +86,9 @@ struct mem_store {
 	uint64_t used;         /* (mu) see above */
 	uint64_t pinned;       /* (mu) */
 	uint64_t hits, misses, puts, evictions, errors; /* (mu) */
+	/* Who gets the victims of evictions before they are freed (a tier:
+	 * store spilling them down); set once before the store is shared. */
+	const kvl__evict_hook *hook;
 };
 
 /* Accounted bytes of an object. */
@@ -127,7 +136,9 @@ static void mem_unlink(struct mem_store *m, struct mem_obj *o, size_t slot,
 {
 	mem_slot_delete(&m->ix, slot);
 	kvl__evict_unlink(&m->ev, &o->node, evicted, m->count);
-	o->linked = 0;
+	o->linked = evicted ? MEM_EVICTED : 0;
+	if (evicted && m->hook) /* on its way to the hook from now */
+		m->hook->unlinked(m->hook->ctx, o->key);
 	m->count--;
 	if (o->readers == 0) {
 		m->used -= mem_cost(o);
@@ -147,10 +158,22 @@ static inline void mem_unpin(struct mem_store *m, struct mem_obj *o,
 	if (--o->readers)
 		return;
 	m->pinned -= mem_cost(o);
-	if (!o->linked) {
+	if (o->linked != MEM_LINKED) {
 		m->used -= mem_cost(o);
 		mem_dead_push(dead, o);
 	}
+}
+
+/* Frees a chain of dead objects (mem_dead_push) after the lock is
+ * dropped, handing each evicted one to on_evict first. */
+static void mem_free_dead(struct mem_store *m, struct mem_obj *dead)
+{
+	if (m->hook)
+		for (struct mem_obj *o = dead; o; o = mem_dead_next(o))
+			if (o->linked == MEM_EVICTED)
+				m->hook->fn(m->hook->ctx, o->key, o->data,
+				            o->len);
+	mem_free_list(&m->slab, dead);
 }
 
 /* Evicts the policy's victims until `need` more bytes and, under
@@ -303,7 +326,7 @@ static int mem_get(kvl_store *store, void *impl, const kvl__batch *bt)
 				if (obj[i])
 					mem_unpin(m, obj[i], &dead);
 			pthread_mutex_unlock(&m->mu);
-			mem_free_list(&m->slab, dead);
+			mem_free_dead(m, dead);
 		}
 
 		if (bad_key != SIZE_MAX) {
@@ -372,7 +395,7 @@ static void mem_release(kvl_store *store, void *impl, kvl__view *views,
 			views[i].handle = NULL;
 		}
 	pthread_mutex_unlock(&m->mu);
-	mem_free_list(&m->slab, dead);
+	mem_free_dead(m, dead);
 }
 
 /* ------------------------------------------------------------------- put */
@@ -462,7 +485,7 @@ static int mem_insert(struct mem_store *m, struct mem_obj *o,
 	s = mem_find(&m->ix, o->node.hash, o->key, o->key_len, &found);
 	m->ix.slots[s].hash = o->node.hash;
 	m->ix.slots[s].obj = o;
-	o->linked = 1;
+	o->linked = MEM_LINKED;
 	kvl__evict_link(&m->ev, &o->node, mem_behind(m, prev));
 	m->count++;
 	m->used += mem_cost(o);
@@ -549,7 +572,7 @@ static int mem_put(kvl_store *store, void *impl, const kvl__batch *bt)
 			if (rc < 0)
 				m->errors++;
 			pthread_mutex_unlock(&m->mu);
-			mem_free_list(&m->slab, dead);
+			mem_free_dead(m, dead);
 			res[i] = rc;
 			if (rc == KVL_PUT_STORED) {
 				prev = (mem_key){k[i], kl[i], h[i]};
@@ -636,7 +659,7 @@ static int mem_commit(kvl_store *store, void *impl, const char *key,
 	if (rc < 0)
 		m->errors++;
 	pthread_mutex_unlock(&m->mu);
-	mem_free_list(&m->slab, dead);
+	mem_free_dead(m, dead);
 	if (rc < 0) {
 		o->node.older = NULL;
 		mem_free_list(&m->slab, o);
@@ -673,8 +696,36 @@ static int mem_remove(kvl_store *store, void *impl, const kvl__batch *bt)
 			results[base + i] = found;
 		}
 		pthread_mutex_unlock(&m->mu);
-		mem_free_list(&m->slab, dead);
+		mem_free_dead(m, dead);
 	}
+	return 0;
+}
+
+/* ------------------------------------------------- size, eviction hook */
+
+static int mem_size(kvl_store *store, void *impl, const char *key,
+                    uint64_t *len)
+{
+	(void)store;
+	struct mem_store *m = impl;
+	uint64_t h;
+	size_t kl;
+	int found;
+	mem_hash_keys(&key, 1, &h, &kl);
+	pthread_mutex_lock(&m->mu);
+	size_t s = mem_find(&m->ix, h, key, kl, &found);
+	if (found)
+		*len = m->ix.slots[s].obj->len;
+	pthread_mutex_unlock(&m->mu);
+	return found;
+}
+
+static int mem_on_evict(kvl_store *store, void *impl,
+                        const kvl__evict_hook *hook)
+{
+	(void)store;
+	struct mem_store *m = impl;
+	m->hook = hook;
 	return 0;
 }
 
@@ -838,4 +889,6 @@ const kvl__store_ops kvl__store_mem_ops = {
 	.reserve = mem_reserve,
 	.commit = mem_commit,
 	.abort = mem_abort,
+	.on_evict = mem_on_evict,
+	.size = mem_size,
 };

@@ -41,6 +41,8 @@
 #define MEM_CHUNK 64              /* keys per lock hold */
 #define MEM_TABLE_MIN 1024u       /* initial slots, a power of two */
 #define MEM_CLS_MALLOC 0xff       /* a record from malloc */
+#define MEM_LINKED 1              /* values of mem_obj.linked */
+#define MEM_EVICTED 2
 
 /* A record: everything a lookup reads (header and a 130-byte key) in three
  * cache lines. `node` comes first, so a policy's node is its record. */
@@ -50,7 +52,9 @@ struct mem_obj {
 	unsigned char *data;    /* payload (NULL when len is 0); immutable */
 	uint32_t readers;       /* gets copying from it now (mu) */
 	uint16_t key_len;       /* immutable */
-	uint8_t linked;         /* in the table and the list (mu) */
+	uint8_t linked;         /* MEM_LINKED: in the table and the list;
+	                         * MEM_EVICTED: unlinked to make room; 0:
+	                         * never linked, or removed (mu) */
 	uint8_t cls;            /* size class, or MEM_CLS_MALLOC; immutable */
 	char key[];             /* key_len bytes and a NUL */
 };

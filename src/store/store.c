@@ -50,6 +50,7 @@ static const kvl__store_ops *const store_backends[] = {
 	&kvl__store_mem_ops,
 	&kvl__store_fault_ops,
 	&kvl__store_file_ops,
+	&kvl__store_tier_ops,
 #if KVL_HAVE_REDIS
 	&kvl__store_redis_ops,
 	&kvl__store_rediss_ops,
@@ -676,9 +677,11 @@ int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
 	kvl__cursor c = {buf, len, 0};
 	if (format == KVL_STATS_PROMETHEUS) {
 		kvl__render_store_prom(&c, &s, store->note);
+		kvl__store_render_more(store, &c, format);
 	} else {
 		kvl__put(&c, "{");
 		kvl__render_store_json(&c, &s, store->note);
+		kvl__store_render_more(store, &c, format);
 		kvl__put(&c, "}\n");
 	}
 	rc = kvl__cursor_finish(&c, needed);
@@ -686,6 +689,36 @@ int kvl_store_stats_render(kvl_store *store, kvl_stats_format format,
 		kvl__fail(&store->err, rc, "stats_render: the text needs %zu "
 		          "bytes and a NUL, len is %zu", c.used, len);
 	return rc;
+}
+
+void kvl__store_render_more(kvl_store *store, struct kvl__cursor *c,
+                            kvl_stats_format format)
+{
+	if (store->ops->render)
+		store->ops->render(store->impl, c, format);
+}
+
+int kvl__store_on_evict(kvl_store *store, const kvl__evict_hook *hook)
+{
+	if (!store->ops->on_evict)
+		return kvl__fail(&store->err, KVL_ENOTSUP,
+		                 "the %s store cannot hand over what it evicts",
+		                 store->ops->scheme);
+	return store->ops->on_evict(store, store->impl, hook);
+}
+
+int kvl__store_size(kvl_store *store, const char *key, uint64_t *len)
+{
+	if (!store->ops->size)
+		return KVL_ENOTSUP;
+	size_t n = strnlen(key, KVL_KEY_MAX);
+	if (n == 0 || n + store->tenant_len >= KVL_KEY_MAX)
+		return kvl__fail(&store->err, KVL_EINVAL,
+		                 "size: key is empty or too long");
+	char full[KVL_KEY_MAX];
+	memcpy(full, store->tenant, store->tenant_len);
+	memcpy(full + store->tenant_len, key, n + 1);
+	return store->ops->size(store, store->impl, full, len);
 }
 
 kvl__err *kvl__store_errp(kvl_store *store)

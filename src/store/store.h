@@ -73,4 +73,11 @@ int kvl__store_reserve(kvl_store *store, uint64_t len, kvl__view *out);
 int kvl__store_commit(kvl_store *store, const char *key, kvl__view *v);
 void kvl__store_abort(kvl_store *store, kvl__view *v);
 
+/* Counters a backend adds to the store's own in a stats render (the tier:
+ * store's per-tier figures): Prometheus lines, or JSON members each
+ * preceded by a comma; nothing for most stores. */
+struct kvl__cursor;
+void kvl__store_render_more(kvl_store *store, struct kvl__cursor *c,
+                            kvl_stats_format format);
+
 #endif /* KVL_STORE_H */

@@ -33,13 +33,20 @@ static void red_put(char *out, size_t cap, size_t *at, const char *s,
 			out[*at] = s[i];
 }
 
-size_t kvl__uri_redact(const char *uri, char *out, size_t cap)
+/* Redacts the one store URI uri[0..n) (not NUL-terminated) into out. */
+static void red_one(const char *uri, size_t n, char *out, size_t cap,
+                    size_t *at)
 {
-	size_t at = 0;
-	const char *p = uri, *q = strchr(uri, '?');
-	const char *end = q ? q : uri + strlen(uri);
-	const char *auth = strstr(uri, "://");
-	if (auth && auth < end) {
+	const char *p = uri, *stop_all = uri + n;
+	const char *q = memchr(uri, '?', n);
+	const char *end = q ? q : stop_all;
+	const char *auth = NULL;
+	for (const char *c = uri; c + 3 <= end; c++)
+		if (memcmp(c, "://", 3) == 0) {
+			auth = c;
+			break;
+		}
+	if (auth) {
 		auth += 3;
 		/* The credentials end at the last '@' before the query (a
 		 * password may hold an unescaped '/'). */
@@ -50,27 +57,58 @@ size_t kvl__uri_redact(const char *uri, char *out, size_t cap)
 		if (atp) {
 			const char *colon = memchr(auth, ':',
 			                           (size_t)(atp - auth));
-			red_put(out, cap, &at, uri, (size_t)(auth - uri));
+			red_put(out, cap, at, uri, (size_t)(auth - uri));
 			if (colon)
-				red_put(out, cap, &at, auth,
+				red_put(out, cap, at, auth,
 				        (size_t)(colon - auth) + 1);
-			red_put(out, cap, &at, "***", 3);
+			red_put(out, cap, at, "***", 3);
 			p = atp;
 		}
 	}
-	red_put(out, cap, &at, p, (size_t)(end - p));
+	red_put(out, cap, at, p, (size_t)(end - p));
 	/* The query, option by option. */
-	for (p = end; *p;) {
-		const char *amp = strchr(p + 1, '&');
-		const char *stop = amp ? amp : p + strlen(p);
+	for (p = end; p < stop_all;) {
+		const char *amp = memchr(p + 1, '&',
+		                         (size_t)(stop_all - p - 1));
+		const char *stop = amp ? amp : stop_all;
 		const char *eq = memchr(p + 1, '=', (size_t)(stop - p - 1));
 		if (eq && uri_secret_option(p + 1, (size_t)(eq - p - 1))) {
-			red_put(out, cap, &at, p, (size_t)(eq - p) + 1);
-			red_put(out, cap, &at, "***", 3);
+			red_put(out, cap, at, p, (size_t)(eq - p) + 1);
+			red_put(out, cap, at, "***", 3);
 		} else {
-			red_put(out, cap, &at, p, (size_t)(stop - p));
+			red_put(out, cap, at, p, (size_t)(stop - p));
 		}
 		p = stop;
+	}
+}
+
+int kvl__uri_is_tier(const char *uri)
+{
+	static const char name[] = "tier:";
+	for (size_t i = 0; i < sizeof name - 1; i++)
+		if (!uri[i] || (uri[i] | 0x20) != name[i])
+			return 0;
+	return 1;
+}
+
+size_t kvl__uri_redact(const char *uri, char *out, size_t cap)
+{
+	size_t at = 0, n = strlen(uri);
+	if (!kvl__uri_is_tier(uri)) {
+		red_one(uri, n, out, cap, &at);
+	} else {
+		/* tier:[?options|]URI|URI…: each part on its own, so that one
+		 * tier's query does not swallow the next tier's credentials. */
+		red_put(out, cap, &at, uri, 5);
+		for (const char *p = uri + 5, *e = uri + n;;) {
+			const char *bar = memchr(p, '|', (size_t)(e - p));
+			const char *stop = bar ? bar : e;
+			red_one(p, (size_t)(stop - p), out, cap, &at);
+			if (!bar)
+				break;
+			red_put(out, cap, &at, "|", 1);
+			p = bar + 1;
+		}
 	}
 	if (cap)
 		out[at < cap ? at : cap - 1] = '\0';
@@ -192,12 +230,23 @@ int kvl__uri_parse(const char *uri, kvl__uri *out, char *errbuf, size_t errlen)
 	out->scheme = buf;
 
 	char *rest = buf + n + 1;
-	char *q = strchr(rest, '?');
-	if (q)
-		*q++ = '\0';
+	char *q;
+	int tier = strcmp(out->scheme, "tier") == 0;
 	out->authority = "";
 	out->path = rest;
-	if (rest[0] == '/' && rest[1] == '/') {
+	if (tier) {
+		/* tier:[?options|]URI|URI…: the tiers' own queries stay in
+		 * the path; only a leading '?' part is this URI's. */
+		q = rest[0] == '?' ? rest + 1 : NULL;
+		char *bar = q ? strchr(q, '|') : NULL;
+		if (bar)
+			*bar = '\0';
+		if (q)
+			out->path = bar ? bar + 1 : q + strlen(q);
+	} else if ((q = strchr(rest, '?')) != NULL) {
+		*q++ = '\0';
+	}
+	if (!tier && rest[0] == '/' && rest[1] == '/') {
 		char *auth = rest + 2;
 		out->has_authority = 1;
 		char *slash = strchr(auth, '/');

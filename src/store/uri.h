@@ -29,6 +29,12 @@ typedef struct kvl__uri {
 	uint8_t used[KVL__URI_MAX_OPTS]; /* set by the getters below */
 } kvl__uri;
 
+/* The tier: store's URIs (see tier.c) are parsed apart: "tier:" then an
+ * optional "?name=value&…|" of its own options, then the tiers' URIs
+ * separated by '|', which become `path` untouched (each keeps its own
+ * query). kvl__uri_is_tier: 1 when uri starts with "tier:" (any case). */
+int kvl__uri_is_tier(const char *uri);
+
 /* Parses `uri` into `out` (free with kvl__uri_free). KVL_EPARSE with a
  * message in errbuf when malformed (no scheme, a space or control
  * character, an empty option name or value, an option given twice, more

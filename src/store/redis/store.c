@@ -20,7 +20,8 @@
  * 64 KiB, take one GETRANGE each. A GETRANGE whose reply is shorter than
  * asked (the key is absent, or the object is shorter) writes nothing and is
  * followed by "EXISTS key; STRLEN key" to tell KVL_ENOTFOUND from
- * KVL_ERANGE. A put larger than the server's proto-max-bulk-len fails with
+ * KVL_ERANGE; the same pair answers the tier: store's size query. A put
+ * larger than the server's proto-max-bulk-len fails with
  * KVL_ERANGE before it is sent; a put refused for maxmemory is KVL_EFULL.
  * The store is never trusted (store->trusted = 0): kvlink verifies payload
  * checksums on every read. Stats: hits, misses, puts and errors are this
@@ -95,7 +96,7 @@ static char *pct_decode(const char *s, size_t n)
 
 /* ---------------------------------------------------------------- calls */
 
-enum call_kind { CALL_EXISTS, CALL_GET, CALL_PUT, CALL_REMOVE };
+enum call_kind { CALL_EXISTS, CALL_GET, CALL_PUT, CALL_REMOVE, CALL_SIZE };
 
 /* One kvl_store call: the client call and each key's result so far. */
 struct req {
@@ -176,6 +177,11 @@ static void req_reply(void *ctx, kvl__rcall *k, kvl__rop *op,
 	case KVL__ROP_CHECK: {
 		if (out != KVL__ROUT_INT)
 			break;
+		if (q->kind == CALL_SIZE) { /* the length, or absent */
+			if (*res >= 0)
+				*res = op->ival[0] ? op->ival[1] : KVL_ENOTFOUND;
+			return;
+		}
 		uint64_t need = q->kneed[op->index];
 		if (!op->ival[0]) {
 			*res = KVL_ENOTFOUND;
@@ -324,6 +330,28 @@ static int redis_remove(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	return redis_simple(store, impl, b->keys, b->n, b->results,
 	                    CALL_REMOVE, b->fn);
+}
+
+/* An object's length, for the tier: store's promotions (which read
+ * objects whole): one "EXISTS key; STRLEN key". */
+static int redis_size(kvl_store *store, void *impl, const char *key,
+                      uint64_t *len)
+{
+	struct rstore *r = impl;
+	struct req rq;
+	int rc = req_init(&rq, r, store, CALL_SIZE, "size", 1, 1, 0, NULL);
+	if (rc < 0)
+		return rc;
+	req_op(&rq, key, 0, KVL__ROP_CHECK);
+	kvl__rcall_run(rq.k);
+	int64_t v = rq.kres[0];
+	req_free(&rq);
+	if (v == KVL_ENOTFOUND)
+		return 0;
+	if (v < 0)
+		return (int)v;
+	*len = (uint64_t)v;
+	return 1;
 }
 
 static void seg_sort(kvl__rseg *s, size_t n)
@@ -798,7 +826,7 @@ fail:
 		.scheme = name, .open = redis_open, .close = redis_close, \
 		.exists = redis_exists, .get = redis_get,                 \
 		.put = redis_put, .remove = redis_remove, .reg = NULL,    \
-		.stats = redis_stats,                                     \
+		.stats = redis_stats, .size = redis_size,                 \
 	}
 
 const kvl__store_ops kvl__store_redis_ops = REDIS_OPS("redis");
