@@ -515,8 +515,9 @@ static void test_close_with_promotions_queued(void **state)
 /* ------------------------------------------------------ a remote tier */
 
 /* The store under test ($KVL_TEST_STORE_URI: a Redis cluster in the
- * redis_tier run, else fault+mem:) as the lower tier: promotion from it,
- * and spill-down of the embedded top into it. */
+ * redis_tier run, a file: store in file_tier, else fault+mem:) as the
+ * lower tier: promotion from it, and spill-down of the embedded top into
+ * it. */
 static void test_remote_lower_tier(void **state)
 {
 	(void)state;

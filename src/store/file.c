@@ -194,6 +194,24 @@ static int file_exists(kvl_store *store, void *impl, const kvl__batch *b)
 	return 0;
 }
 
+/* The length of one object, for a tier: store that promotes it from here
+ * (a query, not a use: the LRU order is left alone). */
+static int file_size(kvl_store *store, void *impl, const char *key,
+                     uint64_t *len)
+{
+	struct file_store *f = impl;
+	uint64_t h1, h2;
+	kvl__file_key_hash(key, strlen(key), &h1, &h2);
+	int rc = kvl__file_lock(store, f, "kvl_store_get");
+	if (rc < 0)
+		return rc;
+	uint32_t e = kvl__fidx_find(&f->ix, h1, h2);
+	if (e != FIDX_NONE)
+		*len = f->ix.e[e].len;
+	kvl__fidx_unlock(&f->ix);
+	return e != FIDX_NONE;
+}
+
 /* ---------------------------------------------------------------- remove */
 
 static int file_remove(kvl_store *store, void *impl, const kvl__batch *b)
@@ -417,4 +435,5 @@ const kvl__store_ops kvl__store_file_ops = {
 	.put = kvl__file_put,
 	.remove = file_remove,
 	.stats = file_stats,
+	.size = file_size,
 };
