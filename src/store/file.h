@@ -137,6 +137,7 @@ typedef struct kvl__fio_req {
 } kvl__fio_req;
 
 struct kvl__fio_ring;
+struct kvl__fio_pool;
 
 typedef struct kvl__fio {
 	int uring;                 /* reads go through io_uring rings */
@@ -144,6 +145,7 @@ typedef struct kvl__fio {
 	pthread_cond_t cv;
 	struct kvl__fio_ring *free; /* rings no call is using */
 	unsigned rings;            /* rings made, at most FIO_RINGS */
+	struct kvl__fio_pool *pool; /* (mu) pread threads, made on need */
 } kvl__fio;
 
 /* want: 1 io_uring (when it can), 0 preadv. *note gets why io_uring is
@@ -157,6 +159,13 @@ typedef void (*kvl__fio_done)(void *ctx, size_t i);
 /* Carries out n reads at once; each req's res says how it went. */
 void kvl__fio_read(kvl__fio *io, kvl__fio_req *reqs, size_t n,
                    kvl__fio_done done, void *ctx);
+/* pread until len bytes, end of file or an error: bytes read or -errno. */
+ssize_t kvl__fio_pread_all(int fd, void *buf, size_t len, uint64_t off);
+/* file_pool.c: kvl__fio_read's preads, on a few threads (the caller's
+ * `done` on the caller's thread as each completes); stop joins them. */
+void kvl__fio_pool_read(kvl__fio *io, kvl__fio_req *reqs, size_t n,
+                        kvl__fio_done done, void *ctx);
+void kvl__fio_pool_stop(kvl__fio *io);
 /* The whole of buf at off (restarting after short writes): 0 or -errno. */
 int kvl__fio_write(int fd, const void *buf, size_t len, uint64_t off);
 

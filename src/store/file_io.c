@@ -10,7 +10,8 @@
  * is queued, submitted with one system call per FIO_DEPTH reads, and
  * reaped, each request handed back to the caller as it completes (so its
  * checks and copies overlap the other reads); a read the ring leaves short
- * is finished with pread. Writes are
+ * is finished with pread. Without io_uring, preads run on a small pool of
+ * threads (file_pool.c). Writes are
  * synchronous pwrites: a put's bytes must be in the file before it is
  * published, and its caller waits for that anyway.
  */
@@ -37,8 +38,7 @@ struct kvl__fio_ring {
 	struct kvl__fio_ring *next;
 };
 
-/* pread until len bytes, end of file or an error: bytes read or -errno. */
-static ssize_t fio_pread_all(int fd, void *buf, size_t len, uint64_t off)
+ssize_t kvl__fio_pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
 	size_t done = 0;
 	while (done < len) {
@@ -70,16 +70,6 @@ int kvl__fio_write(int fd, const void *buf, size_t len, uint64_t off)
 		done += (size_t)r;
 	}
 	return 0;
-}
-
-static void fio_pread_batch(kvl__fio_req *reqs, size_t n,
-                            kvl__fio_done done, void *ctx)
-{
-	for (size_t i = 0; i < n; i++) {
-		reqs[i].res = fio_pread_all(reqs[i].fd, reqs[i].buf,
-		                            reqs[i].len, reqs[i].off);
-		done(ctx, i);
-	}
 }
 
 #if KVL_HAVE_URING
@@ -142,7 +132,7 @@ static void fio_complete(kvl__fio_req *reqs, size_t i, int res,
 	kvl__fio_req *q = &reqs[i];
 	q->res = res == -EINTR || res == -EAGAIN ? 0 : res;
 	if (q->res >= 0 && (size_t)q->res < q->len) {
-		ssize_t r = fio_pread_all(q->fd, (char *)q->buf + q->res,
+		ssize_t r = kvl__fio_pread_all(q->fd, (char *)q->buf + q->res,
 		                          q->len - (size_t)q->res,
 		                          q->off + (uint64_t)q->res);
 		q->res = r < 0 ? r : q->res + r;
@@ -187,7 +177,7 @@ static void fio_uring_batch(struct io_uring *ring, kvl__fio_req *reqs,
 			}
 			for (size_t i = 0; i < n; i++)
 				if (reqs[i].res == FIO_PENDING) {
-					reqs[i].res = fio_pread_all(
+					reqs[i].res = kvl__fio_pread_all(
 						reqs[i].fd, reqs[i].buf,
 						reqs[i].len, reqs[i].off);
 					done(ctx, i);
@@ -219,10 +209,8 @@ void kvl__fio_read(kvl__fio *io, kvl__fio_req *reqs, size_t n,
 			return;
 		}
 	}
-#else
-	(void)io;
 #endif
-	fio_pread_batch(reqs, n, done, ctx);
+	kvl__fio_pool_read(io, reqs, n, done, ctx);
 }
 
 void kvl__fio_init(kvl__fio *io, int want, char *note, size_t note_len)
@@ -254,6 +242,7 @@ void kvl__fio_init(kvl__fio *io, int want, char *note, size_t note_len)
 
 void kvl__fio_destroy(kvl__fio *io)
 {
+	kvl__fio_pool_stop(io);
 	for (struct kvl__fio_ring *r = io->free, *next; r; r = next) {
 		next = r->next;
 #if KVL_HAVE_URING
