@@ -9,9 +9,10 @@
  *          reads them whole with kvl_store_get in batches of 8 (through
  *          io_uring, then io=pread), and reads the same files' payloads
  *          with O_DIRECT preads of the same sizes into aligned buffers, 8
- *          threads at once (as many reads in flight as a batch of 8 gets)
- *          and one at a time (as io=pread reads); prints GB/s and get/raw
- *          (target >= 0.9).
+ *          threads at once (as many reads in flight as a batch of 8 gets,
+ *          against which both ways of the store are measured: io=pread
+ *          keeps up to 4 in flight on its threads) and one at a time;
+ *          prints GB/s and get/raw (target >= 0.9).
  *
  * Usage: bench_file DIR [--objects N] [--size KIB] [--count M]
  *   DIR       an empty directory on the device to measure (it is filled)
@@ -261,10 +262,10 @@ int main(int argc, char **argv)
 	printf("read: %lu objects of %zu KiB: raw O_DIRECT %.2f GB/s (8 at "
 	       "once; one at a time %.2f)\n"
 	       "      get (io_uring, 8 a batch) %.2f GB/s = %.2f x raw, "
-	       "get (pread) %.2f GB/s = %.2f x one at a time\n",
+	       "get (pread) %.2f GB/s = %.2f x raw\n",
 	       count, size >> 10, bytes / best_r8 / 1e9, bytes / best_r1 / 1e9,
 	       bytes / best_u / 1e9, best_r8 / best_u, bytes / best_p / 1e9,
-	       best_r1 / best_p);
+	       best_r8 / best_p);
 	free(rf.path);
 	free(buf);
 	return 0;
