@@ -76,15 +76,22 @@ static int ref_size(const char *s, uint64_t *out)
 	return -1;
 }
 
-/* Prints the parts of u back as a URI into buf. */
+/* Prints the parts of u back as a URI into buf. A tier: URI keeps its
+ * tiers' queries in its path and takes its own options from a leading
+ * "?…|", so it is printed that way (with an empty "?|" when it has none,
+ * so that a path starting with '?' stays a path). */
 static void unparse(const kvl__uri *u, int has_auth, char *buf, size_t cap)
 {
+	int tier = strcmp(u->scheme, "tier") == 0;
 	size_t n = (size_t)snprintf(buf, cap, "%s:%s%s%s", u->scheme,
 	                            has_auth ? "//" : "", u->authority,
-	                            u->path);
+	                            tier ? "?" : u->path);
 	for (size_t i = 0; i < u->n_opts && n < cap; i++)
-		n += (size_t)snprintf(buf + n, cap - n, "%c%s=%s",
-		                      i ? '&' : '?', u->keys[i], u->values[i]);
+		n += (size_t)snprintf(buf + n, cap - n, "%s%s=%s",
+		                      i ? "&" : tier ? "" : "?", u->keys[i],
+		                      u->values[i]);
+	if (tier && n < cap)
+		n += (size_t)snprintf(buf + n, cap - n, "|%s", u->path);
 	CHECK(n < cap);
 }
 
@@ -98,6 +105,26 @@ static void same_parts(const kvl__uri *a, const kvl__uri *b)
 		CHECK(strcmp(a->keys[i], b->keys[i]) == 0);
 		CHECK(strcmp(a->values[i], b->values[i]) == 0);
 	}
+}
+
+/* Redacted URI r (n bytes): credentials before the query ("://…@")
+ * end in "***". */
+static void check_redacted(const char *r, size_t n)
+{
+	const char *e = r + n, *a = NULL, *q = memchr(r, '?', n);
+	for (const char *c = r; c + 3 <= e; c++)
+		if (!memcmp(c, "://", 3)) {
+			a = c;
+			break;
+		}
+	if (!a || (q && q < a))
+		return;
+	const char *at = NULL;
+	for (const char *c = a + 3; c < e && (!q || c < q); c++)
+		if (*c == '@')
+			at = c;
+	if (at)
+		CHECK(at - r >= 3 && !strncmp(at - 3, "***", 3));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -121,15 +148,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(kvl__uri_redact(s, r3, small) == n1);
 		CHECK(strlen(r3) == (n1 < small ? n1 : small - 1));
 		CHECK(!strncmp(r1, r3, strlen(r3)));
-		const char *a = strstr(r1, "://"), *q = strchr(r1, '?');
-		if (a && (!q || a < q)) {
-			const char *at = NULL;
-			for (const char *c = a + 3; *c && (!q || c < q); c++)
-				if (*c == '@')
-					at = c;
-			if (at)
-				CHECK(at - r1 >= 3 && !strncmp(at - 3, "***", 3));
-		}
+		/* A tier: URI's parts are redacted one by one. */
+		if (kvl__uri_is_tier(r1))
+			for (char *p = r1, *bar;; p = bar + 1) {
+				bar = strchr(p, '|');
+				check_redacted(p, bar ? (size_t)(bar - p)
+				                      : strlen(p));
+				if (!bar)
+					break;
+			}
+		else
+			check_redacted(r1, n1);
 		free(r1);
 		free(r2);
 		free(r3);
@@ -153,7 +182,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(scheme_char(u.scheme[i], i == 0));
 	CHECK(strncasecmp(s, u.scheme, strlen(u.scheme)) == 0);
 	CHECK(s[strlen(u.scheme)] == ':');
-	CHECK(!strchr(u.authority, '?') && !strchr(u.path, '?'));
+	/* (A tier: URI's path holds its tiers, queries and all.) */
+	CHECK(!strchr(u.authority, '?') &&
+	      (!strchr(u.path, '?') || strcmp(u.scheme, "tier") == 0));
 	CHECK(!strchr(u.authority, '/'));
 	CHECK(u.n_opts <= KVL__URI_MAX_OPTS);
 	for (size_t i = 0; i < u.n_opts; i++) {
@@ -168,7 +199,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* Printed back and parsed again: the same parts. */
 	const char *rest = s + strlen(u.scheme) + 1;
-	int has_auth = rest[0] == '/' && rest[1] == '/';
+	int has_auth = strcmp(u.scheme, "tier") != 0 && rest[0] == '/' &&
+	               rest[1] == '/';
 	size_t cap = 2 * len + 16;
 	char *again = malloc(cap);
 	if (again) {

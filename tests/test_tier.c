@@ -126,6 +126,11 @@ static void test_uri(void **state)
 	ASSERT_EQ(strcmp(out, "tier:mem:?capacity=1G|redis://u:***@h:1"
 	                      "?password=***|mem:"),
 	          0);
+	/* Malformed, a tier: URI with credentials of its own loses them
+	 * too (messages print what they were given). */
+	ASSERT_CODE(kvl_uri_redact("tier://u:pw@h|mem:", out, sizeof out),
+	            KVL_OK);
+	ASSERT_EQ(strcmp(out, "tier://u:***@h|mem:"), 0);
 }
 
 static void test_uri_bad(void **state)

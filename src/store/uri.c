@@ -98,9 +98,10 @@ size_t kvl__uri_redact(const char *uri, char *out, size_t cap)
 		red_one(uri, n, out, cap, &at);
 	} else {
 		/* tier:[?options|]URI|URI…: each part on its own, so that one
-		 * tier's query does not swallow the next tier's credentials. */
-		red_put(out, cap, &at, uri, 5);
-		for (const char *p = uri + 5, *e = uri + n;;) {
+		 * tier's query does not swallow the next tier's credentials
+		 * (the first with "tier:" before it: "tier://user:pass@…",
+		 * malformed as it is, still loses its password). */
+		for (const char *p = uri, *e = uri + n;;) {
 			const char *bar = memchr(p, '|', (size_t)(e - p));
 			const char *stop = bar ? bar : e;
 			red_one(p, (size_t)(stop - p), out, cap, &at);
