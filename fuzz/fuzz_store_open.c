@@ -7,8 +7,9 @@
  * Input: byte 0 picks a prefix (none, "mem:", "mem:?", "fault+mem:?",
  * "fault+fault+mem:?", "fault+mem:?fault.", …); the rest, cut at its first
  * NUL, follows it. URIs whose innermost scheme (after every "fault+") is a
- * networked store (redis…) are skipped: this target opens nothing outside
- * the process.
+ * networked store (redis…), the file store (it writes into directories)
+ * or a tier store (whose tiers may be either) are skipped: this target
+ * touches nothing outside the process.
  *
  * Checked on every input:
  *  - a failure is one of the documented codes of kvl_store_open (EPARSE,
@@ -55,7 +56,7 @@ static const char *const prefixes[] = {
 
 /* 1 when the innermost scheme (after any number of "fault+") names a store
  * that would reach outside the process. */
-static int networked(const char *uri)
+static int reaches_out(const char *uri)
 {
 	kvl__uri u;
 	if (kvl__uri_parse(uri, &u, NULL, 0) < 0)
@@ -63,7 +64,8 @@ static int networked(const char *uri)
 	const char *sch = u.scheme;
 	while (strncmp(sch, "fault+", 6) == 0)
 		sch += 6;
-	int net = strncmp(sch, "redis", 5) == 0;
+	int net = strncmp(sch, "redis", 5) == 0 || strcmp(sch, "file") == 0 ||
+	          strcmp(sch, "tier") == 0;
 	kvl__uri_free(&u);
 	return net;
 }
@@ -87,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(uri, pre, plen);
 	memcpy(uri + plen, data + 1, size - 1);
 	uri[plen + size - 1] = '\0';
-	if (networked(uri)) {
+	if (reaches_out(uri)) {
 		free(uri);
 		return 0;
 	}
