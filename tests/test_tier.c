@@ -4,12 +4,15 @@
  * fault-injection tiers: its URI and every kind of bad input, lookups that
  * see the union, gets served by a lower tier and their promotion into the
  * top (awaited with a bounded poll), puts to the top and written through,
- * spill-down of what a small top tier evicts, failing tiers that degrade
+ * spill-down of what a small top tier evicts (an embedded or a file:
+ * one; a damaged file is never handed down), failing tiers that degrade
  * without failing what another tier can serve (and honest results when
  * none can), remove from every tier, close with promotions queued, the
  * stats renders' per-tier figures, and the linker loading pages that only
  * the lower tier holds.
  */
+#include <dirent.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
@@ -24,6 +27,7 @@
 #include <cmocka.h>
 
 #include "support/linker_fixture.h"
+#include "support/tmpdir.h"
 
 #include "store/fault.h"
 #include "store/tier.h"
@@ -365,12 +369,11 @@ static void *spill_reader(void *arg)
 	return NULL;
 }
 
-static void test_spill_concurrent_reads(void **state)
+/* 2000 objects written through `uri` (a small top over a middle tier)
+ * while a reader checks every one whose put returned. */
+static void spill_race_run(const char *uri)
 {
-	(void)state;
-	struct spill_race r = {.s = open_ok("tier:mem:?capacity=48KiB|"
-	                                    "mem:?capacity=64KiB|"
-	                                    "mem:?capacity=32MiB")};
+	struct spill_race r = {.s = open_ok(uri)};
 	atomic_init(&r.written, 0);
 	atomic_init(&r.stop, 0);
 	pthread_t th;
@@ -384,10 +387,105 @@ static void test_spill_concurrent_reads(void **state)
 	atomic_store(&r.stop, 1);
 	pthread_join(th, NULL);
 	ASSERT_TRUE(r.reads > 0);
-	ASSERT_EQ_MSG(r.missed, 0, "%zu of %zu reads", r.missed, r.reads);
+	ASSERT_EQ_MSG(r.missed, 0, "%zu of %zu reads, %s", r.missed, r.reads,
+	              uri);
 	ASSERT_TRUE(tier_stats(r.s, 1).spills > 0);
+	ASSERT_U64(tier_stats(r.s, 1).spills_lost, 0);
 	ASSERT_U64(store_stats(r.s).evictions, 0);
 	kvl_store_close(r.s);
+}
+
+static void test_spill_concurrent_reads(void **state)
+{
+	(void)state;
+	spill_race_run("tier:mem:?capacity=48KiB|mem:?capacity=64KiB|"
+	               "mem:?capacity=32MiB");
+	/* The middle a file: store: its victims are read back from their
+	 * files and spilled while the reader looks. */
+	char *dir = tmpdir_make("tier-race");
+	char uri[PATH_MAX + 128];
+	snprintf(uri, sizeof uri, "tier:mem:?capacity=48KiB|file:%s?"
+	         "capacity=128KiB|mem:?capacity=32MiB", dir);
+	spill_race_run(uri);
+	tmpdir_remove(dir);
+}
+
+/* The one object file under dir/data (asserted), into path. */
+static void only_data_file(const char *dir, char *path, size_t len)
+{
+	int found = 0;
+	for (unsigned x = 0; x < 256; x++) {
+		char sub[PATH_MAX / 2];
+		snprintf(sub, sizeof sub, "%s/data/%02x", dir, x);
+		DIR *d = opendir(sub);
+		if (!d)
+			continue;
+		struct dirent *de;
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.') {
+				snprintf(path, len, "%s/%s", sub, de->d_name);
+				found++;
+			}
+		closedir(d);
+	}
+	ASSERT_EQ_MSG(found, 1, "object files under %s", dir);
+}
+
+/* A file: tier's victims spill down; a damaged one is not handed down. */
+static void test_spill_from_file(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("tier-file");
+	/* 4 KiB objects cost 8 KiB there (with their header page): 8 fit. */
+	kvl_store *s = open_okf("tier:?promote=0|file:%s?capacity=64KiB|"
+	                        "mem:?capacity=16MiB", dir);
+	ASSERT_EQ(put_and_count(s, 200), 200);
+	kvl__tier_stats t0 = tier_stats(s, 0);
+	ASSERT_TRUE(t0.own.evictions >= 190);
+	ASSERT_U64(t0.spills, t0.own.evictions);
+	ASSERT_U64(t0.spills_lost, 0);
+	ASSERT_TRUE(obj_ok(kvl__tier_at(s, 1), "obj0"));
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+
+	/* A file damaged on disk is evicted, but not handed down: the tier
+	 * below never holds it, and it reads as absent, never as data. */
+	dir = tmpdir_make("tier-file-bad");
+	s = open_okf("tier:?promote=0|file:%s?capacity=64KiB|mem:", dir);
+	put_obj(s, "bad", KVL_PUT_STORED);
+	char path[PATH_MAX];
+	only_data_file(dir, path, sizeof path);
+	FILE *fp = fopen(path, "r+b");
+	ASSERT_TRUE(fp != NULL);
+	ASSERT_EQ(fseek(fp, 4096 + 100, SEEK_SET), 0);
+	int c = fgetc(fp);
+	ASSERT_EQ(fseek(fp, 4096 + 100, SEEK_SET), 0);
+	fputc(c ^ 0x5a, fp);
+	fclose(fp);
+	char key[32];
+	for (int i = 0; i < 20; i++) {
+		snprintf(key, sizeof key, "good%d", i);
+		put_obj(s, key, KVL_PUT_STORED);
+	}
+	t0 = tier_stats(s, 0);
+	ASSERT_U64(t0.spills_lost, 1);
+	ASSERT_U64(t0.spills, t0.own.evictions - 1);
+	ASSERT_EQ(exists1(kvl__tier_at(s, 1), "bad"), 0);
+	uint8_t buf[OBJ];
+	ASSERT_CODE(get1(s, "bad", 0, buf, sizeof buf), KVL_ENOTFOUND);
+	ASSERT_TRUE(obj_ok(s, "good0"));
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+
+	/* Three tiers, promotion on: the file: middle's victims go lower. */
+	dir = tmpdir_make("tier-file-mid");
+	s = open_okf("tier:mem:?capacity=32KiB|file:%s?capacity=128KiB|"
+	             "mem:?capacity=16MiB", dir);
+	ASSERT_EQ(put_and_count(s, 200), 200);
+	ASSERT_TRUE(tier_stats(s, 1).spills > 0);
+	ASSERT_U64(tier_stats(s, 1).spills_lost, 0);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
 }
 
 /* ------------------------------------------------------------- failures */
@@ -664,6 +762,7 @@ int main(void)
 		cmocka_unit_test(test_put_top_and_through),
 		cmocka_unit_test(test_spill_down),
 		cmocka_unit_test(test_spill_concurrent_reads),
+		cmocka_unit_test(test_spill_from_file),
 		cmocka_unit_test(test_failing_tier_degrades),
 		cmocka_unit_test(test_remove_all),
 		cmocka_unit_test(test_close_with_promotions_queued),

@@ -71,21 +71,34 @@ int kvl__store_call(kvl_store *store, const kvl__batch *b);
 
 /* An object a store drops to make room, handed to whoever asked for its
  * victims (kvl__store_on_evict) before its bytes are freed: its key as the
- * backend holds it (with the store's tenant prefix, if any) and its bytes,
- * valid only during the call. Called on the thread whose call evicted it,
- * with no lock of the store held, so it may call other stores. */
-typedef void (*kvl__evict_fn)(void *ctx, const char *key, const void *data,
-                              size_t len);
+ * backend holds it (with the store's tenant prefix, if any), that key's
+ * hash (kvl__evict_key_hash) and its bytes, valid only during the call.
+ * key is NULL when the store could not read the victim back (a damaged
+ * file): nothing to hand over, but its `unlinked` is over. Called on the
+ * thread whose call evicted it, with no lock of the store held, so it may
+ * call other stores. */
+typedef void (*kvl__evict_fn)(void *ctx, uint64_t key_hash, const char *key,
+                              const void *data, size_t len);
 
 typedef struct kvl__evict_hook {
 	kvl__evict_fn fn;
 	void *ctx;
-	/* Called once per victim, with its key, at the moment it becomes
-	 * invisible (under the store's lock: it must be quick and call no
-	 * store), before fn runs for it, so that a reader that missed the
-	 * key meanwhile can tell it was on its way down and look again. */
-	void (*unlinked)(void *ctx, const char *key);
+	/* Called once per victim, with its key's hash, at the moment it
+	 * becomes invisible (under the store's lock: it must be quick and
+	 * call no store), before fn runs for it, so that a reader that
+	 * missed the key meanwhile can tell it was on its way down and look
+	 * again. A hash, not the key: the file: store's index knows its
+	 * objects by hash only (it reads the key from the file afterwards). */
+	void (*unlinked)(void *ctx, uint64_t key_hash);
 } kvl__evict_hook;
+
+/* The hash that names a key to an eviction hook: the low half of the
+ * key's XXH3-128 (what the file: store's index keeps), never 0. */
+uint64_t kvl__evict_key_hash(const char *key);
+static inline uint64_t kvl__evict_hash_of(uint64_t xxh3_128_low)
+{
+	return xxh3_128_low ? xxh3_128_low : 1;
+}
 
 /* Asks `store` to hand over every object it evicts through hook (which
  * must outlive the store; NULL: stop). For a wrapper (tier:) that spills

@@ -4,7 +4,8 @@
  * local file system, shared by every process of the node that opens it,
  * kept across restarts. This file holds the design, the backend's table,
  * its open, close and stats, exists and remove, and the helpers the other
- * parts share: file_get.c (reads), file_put.c (publishing), file_sweep.c
+ * parts share: file_get.c (reads), file_put.c (publishing), file_evict.c
+ * (victims: handed down to a tier below, unlinked), file_sweep.c
  * (leftovers of dead writers). file.h shows the directory and the store's
  * struct; file_index.c the shared index (keys, LRU order, capacity);
  * file_io.c the reads and writes.
@@ -85,6 +86,30 @@ uint64_t kvl__file_hdr_sum(uint8_t *page)
 	uint64_t s = XXH3_64bits(page, FILE_PAGE);
 	h->hdr_sum = saved;
 	return s;
+}
+
+const char *kvl__file_hdr_check(uint8_t *page, uint64_t gen, uint64_t len,
+                                uint64_t h1, uint64_t h2, const char *key,
+                                size_t kl)
+{
+	static const char other[] = "its header names another object";
+	const file_hdr *h = (const file_hdr *)(void *)page;
+	if (memcmp(h->magic, FILE_MAGIC, 8) || h->version != FILE_VERSION)
+		return "not an object file of this version";
+	if (kvl__file_hdr_sum(page) != h->hdr_sum)
+		return "its header fails its checksum";
+	if (h->gen != gen || h->len != len || h->h1 != h1 || h->h2 != h2 ||
+	    h->block_shift != kvl__file_block_shift(h->len))
+		return other;
+	const char *at = (const char *)page + FILE_KEY_AT;
+	if (key)
+		return h->key_len == kl && !memcmp(at, key, kl) ? NULL : other;
+	if (h->key_len == 0 || h->key_len >= KVL_KEY_MAX ||
+	    memchr(at, 0, h->key_len))
+		return other;
+	uint64_t k1, k2;
+	kvl__file_key_hash(at, h->key_len, &k1, &k2);
+	return k1 == h1 && k2 == h2 ? NULL : other;
 }
 
 /* An aligned buffer of at least need bytes, from the pool or new. */
@@ -210,6 +235,16 @@ static int file_size(kvl_store *store, void *impl, const char *key,
 		*len = f->ix.e[e].len;
 	kvl__fidx_unlock(&f->ix);
 	return e != FIDX_NONE;
+}
+
+/* Victims go to hook from now (a tier: store spills them below). */
+static int file_on_evict(kvl_store *store, void *impl,
+                         const kvl__evict_hook *hook)
+{
+	(void)store;
+	struct file_store *f = impl;
+	f->hook = hook;
+	return 0;
 }
 
 /* ---------------------------------------------------------------- remove */
@@ -436,4 +471,5 @@ const kvl__store_ops kvl__store_file_ops = {
 	.remove = file_remove,
 	.stats = file_stats,
 	.size = file_size,
+	.on_evict = file_on_evict,
 };

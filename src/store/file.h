@@ -102,19 +102,25 @@ void kvl__fidx_unlock(kvl__fidx *ix);
 /* Under the lock: */
 uint32_t kvl__fidx_find(const kvl__fidx *ix, uint64_t h1, uint64_t h2);
 void kvl__fidx_touch(kvl__fidx *ix, uint32_t i);
+/* An object evicted from the index: what disposing of its file needs. */
+typedef struct kvl__fidx_victim {
+	uint64_t gen, h1, h2, len;
+} kvl__fidx_victim;
+
 /* Makes room for an object of cost bytes (one entry and its bytes),
- * evicting least recently used objects: their generations go to
- * victims[] (at most max, *n_victims of them). KVL_ERANGE when the cost
- * exceeds the capacity; KVL_EFULL when more than max would have to go. */
-int kvl__fidx_make_room(kvl__fidx *ix, uint64_t cost, uint64_t *victims,
-                        size_t max, size_t *n_victims);
+ * evicting least recently used objects into victims[] (at most max,
+ * *n_victims of them). KVL_ERANGE when the cost exceeds the capacity;
+ * 1 when more than max would have to go (dispose of them, then again). */
+int kvl__fidx_make_room(kvl__fidx *ix, uint64_t cost,
+                        kvl__fidx_victim *victims, size_t max,
+                        size_t *n_victims);
 /* Links a new object (after make_room); returns its entry. */
 uint32_t kvl__fidx_insert(kvl__fidx *ix, uint64_t h1, uint64_t h2,
                           uint64_t gen, uint64_t len);
 /* Unlinks entry i; returns its generation. */
 uint64_t kvl__fidx_unlink(kvl__fidx *ix, uint32_t i);
-/* Evicts the least recently used object; its generation, or 0. */
-uint64_t kvl__fidx_evict_one(kvl__fidx *ix);
+/* Evicts the least recently used object into *v: 1, or 0 when empty. */
+int kvl__fidx_evict_one(kvl__fidx *ix, kvl__fidx_victim *v);
 
 /* Without the lock (atomic): a generation no one else ever gets. */
 uint64_t kvl__fidx_new_gen(kvl__fidx *ix);
@@ -217,6 +223,7 @@ struct file_store {
 	int sweeping;        /* the sweeper runs (join at close) */
 	atomic_int stop;
 	atomic_ullong swept; /* leftover files the sweeper removed */
+	const kvl__evict_hook *hook; /* victims go to it (set before use) */
 };
 
 /* The smallest block shift that keeps an object's sums in the header. */
@@ -251,6 +258,20 @@ void kvl__file_unlink_gens(const struct file_store *f, const uint64_t *g,
 /* The sum of a header page (XXH3-64, with its hdr_sum field taken as 0;
  * the page is left as it was). */
 uint64_t kvl__file_hdr_sum(uint8_t *page);
+/* Why header page `page` is not that of the object (gen, len, h1, h2)
+ * under key (kl bytes), or NULL when it is. key NULL: any key whose hash
+ * is (h1, h2). */
+const char *kvl__file_hdr_check(uint8_t *page, uint64_t gen, uint64_t len,
+                                uint64_t h1, uint64_t h2, const char *key,
+                                size_t kl);
+/* Eviction (file_evict.c). Under the index lock, as victims v[0..n) leave
+ * it: tells the hook, if any (kvl__evict_hook's unlinked). */
+void kvl__file_evicted(struct file_store *f, const kvl__fidx_victim *v,
+                       size_t n);
+/* After the lock: hands each victim, read back and checked, to the hook
+ * (if any), unlinks its file and counts it. */
+void kvl__file_dispose(struct file_store *f, const kvl__fidx_victim *v,
+                       size_t n);
 /* An aligned buffer of at least need bytes (its size in *cap), from the
  * pool or new; NULL when out of memory. Give it back with
  * kvl__file_bounce_put (p NULL: nothing), which keeps it or frees it. */

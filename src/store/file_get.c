@@ -60,16 +60,10 @@ static const char *file_check(const file_key *k, const kvl__fio_req *rq,
 			                       "object";
 	uint8_t *page = rq[k->hdr_req].buf;
 	const file_hdr *h = (const file_hdr *)(void *)page;
-	size_t kl = strlen(key);
-	if (memcmp(h->magic, FILE_MAGIC, 8) || h->version != FILE_VERSION)
-		return "not an object file of this version";
-	if (kvl__file_hdr_sum(page) != h->hdr_sum)
-		return "its header fails its checksum";
-	if (h->gen != k->gen || h->len != k->len || h->h1 != k->h1 ||
-	    h->h2 != k->h2 || h->key_len != kl ||
-	    memcmp(page + FILE_KEY_AT, key, kl) ||
-	    h->block_shift != kvl__file_block_shift(h->len))
-		return "its header names another object";
+	const char *why = kvl__file_hdr_check(page, k->gen, k->len, k->h1,
+	                                      k->h2, key, strlen(key));
+	if (why)
+		return why;
 	const uint64_t *sums = (const uint64_t *)(void *)(page + FILE_SUMS_AT);
 	uint64_t bs = 1ull << h->block_shift;
 	for (size_t r = k->first; r < k->first + k->n; r++) {

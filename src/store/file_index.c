@@ -202,17 +202,22 @@ uint64_t kvl__fidx_unlink(kvl__fidx *ix, uint32_t i)
 	return gen;
 }
 
-uint64_t kvl__fidx_evict_one(kvl__fidx *ix)
+int kvl__fidx_evict_one(kvl__fidx *ix, kvl__fidx_victim *v)
 {
-	uint32_t v = ix->h->lru_tail;
-	if (v == FIDX_NONE)
+	uint32_t i = ix->h->lru_tail;
+	if (i == FIDX_NONE)
 		return 0;
 	ix->h->evictions++;
-	return kvl__fidx_unlink(ix, v);
+	v->h1 = ix->e[i].h1;
+	v->h2 = ix->e[i].h2;
+	v->len = ix->e[i].len;
+	v->gen = kvl__fidx_unlink(ix, i);
+	return 1;
 }
 
-int kvl__fidx_make_room(kvl__fidx *ix, uint64_t cost, uint64_t *victims,
-                        size_t max, size_t *n_victims)
+int kvl__fidx_make_room(kvl__fidx *ix, uint64_t cost,
+                        kvl__fidx_victim *victims, size_t max,
+                        size_t *n_victims)
 {
 	struct kvl__fidx_hdr *h = ix->h;
 	if (cost > h->capacity)
@@ -220,10 +225,9 @@ int kvl__fidx_make_room(kvl__fidx *ix, uint64_t cost, uint64_t *victims,
 	while (h->used + cost > h->capacity || h->count >= h->max_objects) {
 		if (*n_victims == max)
 			return 1; /* the caller disposes of them, then again */
-		uint64_t g = kvl__fidx_evict_one(ix);
-		if (!g)
+		if (!kvl__fidx_evict_one(ix, &victims[*n_victims]))
 			return KVL_EFULL; /* cannot happen: used > 0 */
-		victims[(*n_victims)++] = g;
+		(*n_victims)++;
 	}
 	return 0;
 }

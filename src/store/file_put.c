@@ -9,10 +9,10 @@
  *
  * A put that finds its key entered meanwhile unlinks its own file
  * (KVL_PUT_PRESENT). Room is made by evicting the least recently used
- * objects from the index first; their files are unlinked after the lock
- * is let go (a reader that found one still reads the same bytes from its
- * open file). A full file system evicts what the capacity alone did not,
- * once, and tries again.
+ * objects from the index first; their files are disposed of after the
+ * lock is let go (file_evict.c: handed down, then unlinked; a reader that
+ * found one still reads the same bytes from its open file). A full file
+ * system evicts what the capacity alone did not, once, and tries again.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -74,7 +74,7 @@ static int file_publish(struct file_store *f, uint64_t gen, const void *buf,
 static size_t file_free_disk(kvl_store *store, struct file_store *f,
                              uint64_t need)
 {
-	uint64_t g[FILE_VICTIMS];
+	kvl__fidx_victim v[FILE_VICTIMS];
 	size_t n = 0;
 	if (kvl__file_lock(store, f, "put") < 0)
 		return 0;
@@ -82,13 +82,13 @@ static size_t file_free_disk(kvl_store *store, struct file_store *f,
 	kvl__fidx_counts(&f->ix, &objects, &before, &cap);
 	after = before;
 	while (before - after < need && n < FILE_VICTIMS &&
-	       (g[n] = kvl__fidx_evict_one(&f->ix))) {
+	       kvl__fidx_evict_one(&f->ix, &v[n])) {
 		kvl__fidx_counts(&f->ix, &objects, &after, &cap);
 		n++;
 	}
+	kvl__file_evicted(f, v, n);
 	kvl__fidx_unlock(&f->ix);
-	kvl__file_unlink_gens(f, g, n);
-	f->evictions += n;
+	kvl__file_dispose(f, v, n);
 	return n;
 }
 
@@ -107,40 +107,42 @@ static int file_no_room(kvl_store *store, int rc, const char *key,
 }
 
 /* Enters a published object (generation gen) under its key: STORED, or
- * PRESENT when the key got in first (the file is unlinked then). */
+ * PRESENT when the key got in first (the file is unlinked then). Room is
+ * made FILE_VICTIMS victims at a time, each lot disposed of after the
+ * lock (their spills may call other stores). */
 static int file_enter(kvl_store *store, struct file_store *f, uint64_t h1,
                       uint64_t h2, uint64_t gen, uint64_t len, const char *key)
 {
-	uint64_t victims[FILE_VICTIMS];
-	size_t nv = 0;
-	int rc = kvl__file_lock(store, f, "kvl_store_put");
-	if (rc < 0) {
-		kvl__file_unlink_gens(f, &gen, 1);
-		return rc;
-	}
-	if (kvl__fidx_find(&f->ix, h1, h2) != FIDX_NONE) {
+	kvl__fidx_victim v[FILE_VICTIMS];
+	for (;;) {
+		size_t nv = 0;
+		int rc = kvl__file_lock(store, f, "kvl_store_put");
+		if (rc < 0) {
+			kvl__file_unlink_gens(f, &gen, 1);
+			return rc;
+		}
+		if (kvl__fidx_find(&f->ix, h1, h2) != FIDX_NONE) {
+			kvl__fidx_unlock(&f->ix);
+			kvl__file_unlink_gens(f, &gen, 1);
+			return KVL_PUT_PRESENT;
+		}
+		rc = kvl__fidx_make_room(&f->ix, kvl__file_cost(len), v,
+		                         FILE_VICTIMS, &nv);
+		if (rc == 0)
+			kvl__fidx_insert(&f->ix, h1, h2, gen, len);
+		uint64_t cap = 0, objects, bytes;
+		kvl__fidx_counts(&f->ix, &objects, &bytes, &cap);
+		kvl__file_evicted(f, v, nv);
 		kvl__fidx_unlock(&f->ix);
-		kvl__file_unlink_gens(f, &gen, 1);
-		return KVL_PUT_PRESENT;
+		kvl__file_dispose(f, v, nv);
+		if (rc == 0)
+			return KVL_PUT_STORED;
+		if (rc < 0) {
+			kvl__file_unlink_gens(f, &gen, 1);
+			return file_no_room(store, rc, key, len, 0, cap);
+		}
+		/* rc 1: more victims to go */
 	}
-	while ((rc = kvl__fidx_make_room(&f->ix, kvl__file_cost(len), victims,
-	                                 FILE_VICTIMS, &nv)) == 1) {
-		kvl__file_unlink_gens(f, victims, nv); /* many: under the lock */
-		f->evictions += nv;
-		nv = 0;
-	}
-	if (rc == 0)
-		kvl__fidx_insert(&f->ix, h1, h2, gen, len);
-	uint64_t cap = 0, objects, bytes;
-	kvl__fidx_counts(&f->ix, &objects, &bytes, &cap);
-	kvl__fidx_unlock(&f->ix);
-	kvl__file_unlink_gens(f, victims, nv);
-	f->evictions += nv;
-	if (rc < 0) {
-		kvl__file_unlink_gens(f, &gen, 1);
-		return file_no_room(store, rc, key, len, 0, cap);
-	}
-	return KVL_PUT_STORED;
 }
 
 /* Builds the file image of one object in buf (size bytes, aligned). */

@@ -138,7 +138,8 @@ static void mem_unlink(struct mem_store *m, struct mem_obj *o, size_t slot,
 	kvl__evict_unlink(&m->ev, &o->node, evicted, m->count);
 	o->linked = evicted ? MEM_EVICTED : 0;
 	if (evicted && m->hook) /* on its way to the hook from now */
-		m->hook->unlinked(m->hook->ctx, o->key);
+		m->hook->unlinked(m->hook->ctx,
+		                 kvl__evict_key_hash(o->key));
 	m->count--;
 	if (o->readers == 0) {
 		m->used -= mem_cost(o);
@@ -171,8 +172,9 @@ static void mem_free_dead(struct mem_store *m, struct mem_obj *dead)
 	if (m->hook)
 		for (struct mem_obj *o = dead; o; o = mem_dead_next(o))
 			if (o->linked == MEM_EVICTED)
-				m->hook->fn(m->hook->ctx, o->key, o->data,
-				            o->len);
+				m->hook->fn(m->hook->ctx,
+				            kvl__evict_key_hash(o->key), o->key,
+				            o->data, o->len);
 	mem_free_list(&m->slab, dead);
 }
 

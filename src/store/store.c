@@ -25,6 +25,8 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
 
 #include "core/render.h"
 #include "kvl_config.h"
@@ -696,6 +698,11 @@ void kvl__store_render_more(kvl_store *store, struct kvl__cursor *c,
 {
 	if (store->ops->render)
 		store->ops->render(store->impl, c, format);
+}
+
+uint64_t kvl__evict_key_hash(const char *key)
+{
+	return kvl__evict_hash_of(XXH3_128bits(key, strlen(key)).low64);
 }
 
 int kvl__store_on_evict(kvl_store *store, const kvl__evict_hook *hook)

@@ -20,10 +20,10 @@
  *  - put writes to the top tier; a key the top tier fails falls back to
  *    the next one down. With write=through it writes to every tier, and
  *    stored anywhere is stored.
- *  - Every tier that can tell its evictions (kvl__store_on_evict: mem:, a
- *    fault+ around one) hands its victims over before freeing them, and
- *    they are put into the tiers below (kvl__tier_spill), on the thread
- *    whose call evicted them.
+ *  - Every tier that can tell its evictions (kvl__store_on_evict: mem:,
+ *    file:, a fault+ around one) hands its victims over before freeing
+ *    them, and they are put into the tiers below (kvl__tier_spill), on the
+ *    thread whose call evicted them.
  *  - remove removes from every tier.
  *
  * Options: write=top|through (top), promote=0|1 (1), promote_queue=N keys

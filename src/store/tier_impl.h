@@ -56,9 +56,9 @@ int kvl__tier_exists(kvl_store *store, void *impl, const kvl__batch *b);
 int kvl__tier_get(kvl_store *store, void *impl, const kvl__batch *b);
 int kvl__tier_put(kvl_store *store, void *impl, const kvl__batch *b);
 int kvl__tier_remove(kvl_store *store, void *impl, const kvl__batch *b);
-void kvl__tier_spill(void *ctx, const char *key, const void *data,
-                     size_t len);
-void kvl__tier_unlinked(void *ctx, const char *key);
+void kvl__tier_spill(void *ctx, uint64_t key_hash, const char *key,
+                     const void *data, size_t len);
+void kvl__tier_unlinked(void *ctx, uint64_t key_hash);
 void kvl__tier_promote_one(void *ctx, const char *key, unsigned from);
 
 /* tier_stats.c */

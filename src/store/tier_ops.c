@@ -105,7 +105,7 @@ static int transit_wait(struct tier_store *t, const struct tier_pass *p,
 	size_t n = 0;
 	for (size_t i = 0; i < c->n; i++)
 		if (!p->done[i])
-			h[n++] = kvl__transit_hash(c->keys[i]);
+			h[n++] = kvl__evict_key_hash(c->keys[i]);
 	if (!kvl__transit_since(&t->transit, m, h, n))
 		return 0;
 	struct timespec t0, now, nap = {0, 20000};
@@ -358,13 +358,13 @@ static int put_one(struct tier_store *t, unsigned k, const char *key,
 /* An object that tier slot->index evicted: into the first tier below it
  * that takes it. Runs on the evicting thread, outside the tier's lock; a
  * put into a mem: tier below may evict there in turn and spill further. */
-void kvl__tier_spill(void *ctx, const char *key, const void *data,
-                     size_t len)
+void kvl__tier_spill(void *ctx, uint64_t key_hash, const char *key,
+                     const void *data, size_t len)
 {
 	const struct tier_slot *s = ctx;
 	struct tier_store *t = s->t;
-	unsigned k;
-	for (k = s->index + 1; k < t->n; k++) {
+	unsigned k = t->n; /* no key: the victim could not be read back */
+	for (k = key ? s->index + 1 : t->n; k < t->n; k++) {
 		if (put_one(t, k, key, data, len))
 			break;
 		atomic_fetch_add(&t->c[k].failures, 1);
@@ -373,15 +373,15 @@ void kvl__tier_spill(void *ctx, const char *key, const void *data,
 	                          : &t->c[s->index].spills_lost,
 	                 1);
 	/* after the put: a read that missed it looks again */
-	kvl__transit_end(&t->transit, kvl__transit_hash(key));
+	kvl__transit_end(&t->transit, key_hash);
 }
 
 /* An object that tier slot->index evicted is invisible there from now:
  * under that tier's lock. */
-void kvl__tier_unlinked(void *ctx, const char *key)
+void kvl__tier_unlinked(void *ctx, uint64_t key_hash)
 {
 	const struct tier_slot *s = ctx;
-	kvl__transit_begin(&s->t->transit, kvl__transit_hash(key));
+	kvl__transit_begin(&s->t->transit, key_hash);
 }
 
 /* ------------------------------------------------------------- promotion */

@@ -30,14 +30,6 @@ void kvl__transit_destroy(kvl__transit *tr)
 	pthread_mutex_destroy(&tr->mu);
 }
 
-uint64_t kvl__transit_hash(const char *key)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-		h = (h ^ *p) * 0x100000001b3ull;
-	return h ? h : 1;
-}
-
 void kvl__transit_begin(kvl__transit *tr, uint64_t h)
 {
 	pthread_mutex_lock(&tr->mu);

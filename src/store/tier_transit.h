@@ -30,10 +30,7 @@ typedef struct kvl__transit {
 void kvl__transit_init(kvl__transit *tr);
 void kvl__transit_destroy(kvl__transit *tr);
 
-/* The key's hash as the record keeps it (never 0). */
-uint64_t kvl__transit_hash(const char *key);
-
-/* An object of key hash h becomes invisible in its tier: its transit
+/* An object of key hash h (kvl__evict_key_hash) becomes invisible in its tier: its transit
  * begins. Called under that tier's lock: takes only the record's. */
 void kvl__transit_begin(kvl__transit *tr, uint64_t h);
 
