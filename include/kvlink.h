@@ -354,9 +354,11 @@ KVL_API uint32_t kvl_linker_layers(const kvl_linker *lk);
  * failure at layer l fails every later wait of the batch:
  * KVL_EIO, KVL_ECORRUPT, KVL_ENOTFOUND for a page evicted since lookup,
  * KVL_ECANCELED at shutdown), KVL_ETIMEDOUT, KVL_ERANGE (layer beyond
- * kvl_linker_layers), KVL_ENOTFOUND (unknown or too old batch). Which
- * requests failed, and how many of their pages are still valid, comes from
- * the completions. */
+ * kvl_linker_layers), KVL_ENOTFOUND (unknown or too old batch). On a
+ * failure of the batch, kvl_linker_errmsg names the batch and the layer
+ * and gives what the loader was told of it (the store's or CUDA's
+ * message). Which requests failed, and how many of their pages are still
+ * valid, comes from the completions. */
 KVL_API int kvl_linker_wait(kvl_linker *lk, uint64_t batch, uint32_t layer,
                             uint32_t timeout_ms);
 

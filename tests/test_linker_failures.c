@@ -419,6 +419,9 @@ static void test_load_store_error(void **state)
 	assert_int_equal(waits[1], KVL_OK);
 	assert_int_equal(waits[2], KVL_EIO);
 	assert_int_equal(waits[3], KVL_EIO);
+	/* The wait tells what the store said, not only the code. */
+	ASSERT_CONTAINS(kvl_linker_errmsg(ld), "failed at layer 2");
+	ASSERT_CONTAINS(kvl_linker_errmsg(ld), "injected failure of get call 3");
 	expect_completion(&c, KVL_REQ_LOAD, KVL_EIO, 0, 5);
 	/* Layers 0 and 1 did arrive. */
 	check_req(&dst, &d, 5, 2);

@@ -50,12 +50,16 @@ void kvl__err_destroy(kvl__err *e)
 	pthread_mutex_destroy(&e->mu);
 }
 
+/* This thread's most recent message (kvl__err_here). */
+static _Thread_local char here[KVL__ERRMSG_MAX];
+
 int kvl__vfail(kvl__err *e, int code, const char *fmt, va_list ap)
 {
 	if (!e)
 		return code;
 	char tmp[KVL__ERRMSG_MAX];
 	vsnprintf(tmp, sizeof tmp, fmt, ap);
+	memcpy(here, tmp, sizeof tmp);
 	pthread_mutex_lock(&e->mu);
 	memcpy(e->msg, tmp, sizeof tmp);
 	pthread_mutex_unlock(&e->mu);
@@ -69,6 +73,16 @@ int kvl__fail(kvl__err *e, int code, const char *fmt, ...)
 	kvl__vfail(e, code, fmt, ap);
 	va_end(ap);
 	return code;
+}
+
+const char *kvl__err_here(void)
+{
+	return here;
+}
+
+void kvl__err_here_clear(void)
+{
+	here[0] = '\0';
 }
 
 const char *kvl__err_get(const kvl__err *e)

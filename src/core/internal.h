@@ -40,6 +40,13 @@ int kvl__vfail(kvl__err *e, int code, const char *fmt, va_list ap);
 /* Copies the message into a thread-local buffer and returns it. */
 const char *kvl__err_get(const kvl__err *e);
 
+/* The message of this thread's most recent kvl__fail on any handle, since
+ * its last kvl__err_here_clear ("" if none): what a worker thread (the
+ * linker's loader) says about the failure it hands to another thread,
+ * whatever other threads wrote into the handles meanwhile. */
+const char *kvl__err_here(void);
+void kvl__err_here_clear(void);
+
 /* Formats "message" into a caller buffer (errbuf may be NULL) and returns
  * `code`: for open/create functions that fail before a handle exists. */
 int kvl__fail_buf(char *errbuf, size_t errlen, int code, const char *fmt, ...)

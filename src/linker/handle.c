@@ -459,7 +459,7 @@ int kvl_linker_wait(kvl_linker *lk, uint64_t batch, uint32_t layer,
 		rc = kvl__fail(&lk->err, b->first_err,
 		               "wait: batch %llu failed at layer %u: %s",
 		               (unsigned long long)batch, b->fail_layer,
-		               kvl_strerror(b->first_err));
+		               b->why[0] ? b->why : kvl_strerror(b->first_err));
 	pthread_mutex_unlock(&lk->mu);
 	return rc;
 }
@@ -576,6 +576,11 @@ int kvl_linker_wait_stream(kvl_linker *lk, uint64_t batch, uint32_t layer,
 	int failed = rc == 0 && b->first_err && b->fail_layer <= layer
 	                     ? b->first_err
 	                     : 0;
+	if (failed)
+		kvl__fail(&lk->err, failed,
+		          "wait_stream: batch %llu failed at layer %u: %s",
+		          (unsigned long long)batch, b->fail_layer,
+		          b->why[0] ? b->why : kvl_strerror(failed));
 	/* The copies of the layer issued so far are this batch's or a later
 	 * one's; either way the wait ends after this batch's. */
 	if (rc == 0)

@@ -66,6 +66,9 @@ typedef struct lk_req {
 	struct lk_req *qnext;       /* load queue, batch or offload queue */
 } lk_req;
 
+/* What a batch keeps of the message of its first failure. */
+#define KVL__LK_WHY 256
+
 typedef struct lk_batch {
 	uint64_t id;
 	lk_req *reqs;
@@ -73,6 +76,7 @@ typedef struct lk_batch {
 	uint32_t enqueued;   /* layers whose GPU copies are issued */
 	int first_err;       /* 0, or the first failure */
 	uint32_t fail_layer; /* layer of that failure */
+	char why[KVL__LK_WHY]; /* its message from the loader, or "" */
 	int finished;        /* every request completed */
 	int gated;           /* started after an engine's event (the async
 	                      * path's gate of this ring slot) */
@@ -127,6 +131,7 @@ struct kvl_linker {
 		lk_batch *b;
 		uint32_t layer;
 		int err; /* a failure met while issuing it */
+		char why[KVL__LK_WHY]; /* and what the loader said of it */
 	} unfinished;
 	struct lk_host *host;  /* host path state, or NULL */
 	struct lk_gpu *gpu;    /* GPU path state, or NULL */

@@ -17,25 +17,32 @@
  * CUDA event (kvl_linker_start_after) first waits for it: the GPU copies
  * on the GPU, host slots on this thread.
  */
+#include <stdio.h>
+
 #include "linker/path.h"
 
-/* Marks layer `layer` of b complete with `err` (0: good). */
-static void layer_done(kvl_linker *lk, lk_batch *b, uint32_t layer, int err)
+/* Marks layer `layer` of b complete with `err` (0: good), `why` being what
+ * the loader was told of the failure ("" if nothing). */
+static void layer_done(kvl_linker *lk, lk_batch *b, uint32_t layer, int err,
+                       const char *why)
 {
 	pthread_mutex_lock(&lk->mu);
 	if (err && !b->first_err) {
 		b->first_err = err;
 		b->fail_layer = layer;
+		snprintf(b->why, sizeof b->why, "%s", why);
 	}
 	b->done = layer + 1;
 	pthread_cond_broadcast(&lk->cv_progress);
 	pthread_mutex_unlock(&lk->mu);
 }
 
-/* Layer `layer` of b through every path; the first failure, or 0. */
+/* Layer `layer` of b through every path; the first failure, or 0 (its
+ * message, if any, in kvl__err_here). */
 static int load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 {
 	int err = 0;
+	kvl__err_here_clear();
 	for (size_t i = 0; i < lk->n_paths; i++) {
 		int e = lk->paths[i]->load_layer(lk, b, layer);
 		if (!err)
@@ -55,8 +62,10 @@ static void finish_unfinished(kvl_linker *lk)
 	uint32_t layer = lk->unfinished.layer;
 	int err = lk->unfinished.err;
 	lk->unfinished.b = NULL;
+	kvl__err_here_clear();
 	int ferr = lk->async->finish_layer(lk, layer);
-	layer_done(lk, b, layer, err ? err : ferr);
+	layer_done(lk, b, layer, err ? err : ferr,
+	           err ? lk->unfinished.why : kvl__err_here());
 }
 
 void kvl__lk_loader_poll(kvl_linker *lk)
@@ -124,7 +133,7 @@ static void run_batch(kvl_linker *lk, lk_batch *b)
 		if (layer == 0 && gate_err)
 			err = gate_err;
 		if (!lk->async) {
-			layer_done(lk, b, layer, err);
+			layer_done(lk, b, layer, err, kvl__err_here());
 			continue;
 		}
 		pthread_mutex_lock(&lk->mu);
@@ -135,6 +144,8 @@ static void run_batch(kvl_linker *lk, lk_batch *b)
 		lk->unfinished.b = b;
 		lk->unfinished.layer = layer;
 		lk->unfinished.err = err;
+		snprintf(lk->unfinished.why, sizeof lk->unfinished.why, "%s",
+		         err ? kvl__err_here() : "");
 	}
 	finish_unfinished(lk); /* the last layer (none without async) */
 	for (size_t i = 0; i < lk->n_paths; i++)
