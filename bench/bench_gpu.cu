@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kvlink.h"
 
@@ -114,10 +115,13 @@ typedef struct result {
 	double gemm_ms, gemm_overlap_ms, spin_ms, spin_overlap_ms;
 } result;
 
+/* Ends the run at once: the linkers' threads may still be using CUDA,
+ * and exit()'s teardown of the runtime under them crashes. */
 static void die(const char *what, const char *msg)
 {
 	fprintf(stderr, "bench_gpu: %s: %s\n", what, msg);
-	exit(1);
+	fflush(NULL);
+	_exit(1);
 }
 
 /* The best of 5 copies of len bytes, after one to warm up: the same
