@@ -112,6 +112,21 @@ const char *kvl__file_hdr_check(uint8_t *page, uint64_t gen, uint64_t len,
 	return k1 == h1 && k2 == h2 ? NULL : other;
 }
 
+int kvl__file_blocks_ok(const uint8_t *page, uint64_t len, const uint8_t *p,
+                        uint64_t b0, uint64_t end)
+{
+	const file_hdr *h = (const file_hdr *)(const void *)page;
+	const uint64_t *sums =
+		(const uint64_t *)(const void *)(page + FILE_SUMS_AT);
+	uint64_t bs = 1ull << h->block_shift;
+	for (uint64_t b = b0; b < end; b++) {
+		uint64_t at = b * bs, n = len - at < bs ? len - at : bs;
+		if (XXH3_64bits(p + (b - b0) * bs, (size_t)n) != sums[b])
+			return 0;
+	}
+	return 1;
+}
+
 /* An aligned buffer of at least need bytes, from the pool or new. */
 void *kvl__file_bounce(struct file_store *f, size_t need, size_t *cap)
 {

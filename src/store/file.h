@@ -264,6 +264,10 @@ uint64_t kvl__file_hdr_sum(uint8_t *page);
 const char *kvl__file_hdr_check(uint8_t *page, uint64_t gen, uint64_t len,
                                 uint64_t h1, uint64_t h2, const char *key,
                                 size_t kl);
+/* 1 when blocks [b0, end) of an object of len bytes, block b0 at p, match
+ * their sums in its header page (checked by kvl__file_hdr_check). */
+int kvl__file_blocks_ok(const uint8_t *page, uint64_t len, const uint8_t *p,
+                        uint64_t b0, uint64_t end);
 /* Eviction (file_evict.c). Under the index lock, as victims v[0..n) leave
  * it: tells the hook, if any (kvl__evict_hook's unlinked). */
 void kvl__file_evicted(struct file_store *f, const kvl__fidx_victim *v,

@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "store/file.h"
 
@@ -49,13 +48,10 @@ static int file_read_back(struct file_store *f, const kvl__fidx_victim *v,
 	    kvl__file_hdr_check(buf, v->gen, v->len, v->h1, v->h2, NULL, 0))
 		return 0;
 	const file_hdr *h = (const file_hdr *)(void *)buf;
-	const uint64_t *sums = (const uint64_t *)(void *)(buf + FILE_SUMS_AT);
 	uint64_t bs = 1ull << h->block_shift;
-	for (uint64_t b = 0, at = 0; at < v->len; b++, at += bs) {
-		uint64_t n = v->len - at < bs ? v->len - at : bs;
-		if (XXH3_64bits(buf + FILE_PAGE + at, (size_t)n) != sums[b])
-			return 0;
-	}
+	if (!kvl__file_blocks_ok(buf, v->len, buf + FILE_PAGE, 0,
+	                         (v->len + bs - 1) / bs))
+		return 0;
 	memcpy(key, buf + FILE_KEY_AT, h->key_len);
 	key[h->key_len] = '\0';
 	return 1;

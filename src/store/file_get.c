@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "store/backend.h"
 #include "store/file.h"
@@ -59,25 +58,17 @@ static const char *file_check(const file_key *k, const kvl__fio_req *rq,
 			                     : "the file is shorter than its "
 			                       "object";
 	uint8_t *page = rq[k->hdr_req].buf;
-	const file_hdr *h = (const file_hdr *)(void *)page;
 	const char *why = kvl__file_hdr_check(page, k->gen, k->len, k->h1,
 	                                      k->h2, key, strlen(key));
 	if (why)
 		return why;
-	const uint64_t *sums = (const uint64_t *)(void *)(page + FILE_SUMS_AT);
-	uint64_t bs = 1ull << h->block_shift;
-	for (size_t r = k->first; r < k->first + k->n; r++) {
-		if (sp[r].range == SIZE_MAX)
-			continue;
-		const uint8_t *p = (const uint8_t *)rq[r].buf + sp[r].data_at;
-		for (uint64_t bl = sp[r].b0; bl <= sp[r].b1; bl++) {
-			uint64_t at = bl * bs;
-			uint64_t n = k->len - at < bs ? k->len - at : bs;
-			if (XXH3_64bits(p + (at - sp[r].b0 * bs), (size_t)n) !=
-			    sums[bl])
-				return "a block fails its checksum";
-		}
-	}
+	for (size_t r = k->first; r < k->first + k->n; r++)
+		if (sp[r].range != SIZE_MAX &&
+		    !kvl__file_blocks_ok(page, k->len,
+		                         (const uint8_t *)rq[r].buf +
+		                                 sp[r].data_at,
+		                         sp[r].b0, sp[r].b1 + 1))
+			return "a block fails its checksum";
 	return NULL;
 }
 

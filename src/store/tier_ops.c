@@ -363,8 +363,9 @@ void kvl__tier_spill(void *ctx, uint64_t key_hash, const char *key,
 {
 	const struct tier_slot *s = ctx;
 	struct tier_store *t = s->t;
-	unsigned k = t->n; /* no key: the victim could not be read back */
-	for (k = key ? s->index + 1 : t->n; k < t->n; k++) {
+	/* no key: the victim could not be read back, nothing goes down */
+	unsigned k = key ? s->index + 1 : t->n;
+	for (; k < t->n; k++) {
 		if (put_one(t, k, key, data, len))
 			break;
 		atomic_fetch_add(&t->c[k].failures, 1);
