@@ -231,9 +231,8 @@ extern "C" int kvl__copier_launch(kvl__copier *c, size_t n,
 	*dma_bytes = 0;
 	if (n == 0)
 		return 0;
-	uint64_t bytes = 0;
-	for (size_t k = 0; k < n; k++)
-		bytes += c->lists[i][k].len;
+	uint64_t bytes, longest;
+	kvl__chunks_measure(c->lists[i], n, &bytes, &longest);
 	if (c->batch && bytes >= (uint64_t)n * KVL_BATCH_MIN_CHUNK) {
 		/* The call reads the list itself: nothing on the GPU does. */
 		if (launch_batch(c, c->lists[i], n))
@@ -241,8 +240,8 @@ extern "C" int kvl__copier_launch(kvl__copier *c, size_t n,
 		*dma_bytes = bytes;
 		return 0;
 	}
-	kvl__gather_launch<false>(c->lists[i], n, c->stream, KVL_WARP_BLOCKS,
-	                          KVL_BLOCK_BLOCKS, 0);
+	kvl__gather_launch<false>(c->lists[i], n, bytes, longest, c->stream,
+	                          KVL_WARP_BLOCKS, KVL_BLOCK_BLOCKS, 0);
 	c->list_used[i] = 1;
 	return ok(cudaGetLastError()) &&
 	               ok(cudaEventRecord(c->list_done[i], c->stream))

@@ -113,23 +113,31 @@ static inline unsigned grid(size_t n, size_t per_block, unsigned max)
 	return b < max ? (unsigned)b : max;
 }
 
+/* The total and the longest length of the n chunks of list: what a
+ * launch's shape (and the copier's choice of the copy engines) needs. */
+static inline void kvl__chunks_measure(const kvl__chunk *list, size_t n,
+                                       uint64_t *bytes, uint64_t *longest)
+{
+	*bytes = *longest = 0;
+	for (size_t k = 0; k < n; k++) {
+		*bytes += list[k].len;
+		if (list[k].len > *longest)
+			*longest = list[k].len;
+	}
+}
+
 /* Launches one gather of the n chunks of `list` (pinned or device
- * memory) on `stream`: a warp per chunk when they average up to
- * KVL_WARP_CHUNK, else a block per chunk, or per slice of up to `slice`
- * bytes of one (0: whole chunks); at most warp_blocks or block_blocks
- * blocks; STREAM: see load16. */
+ * memory; `bytes` and `longest` from kvl__chunks_measure) on `stream`: a
+ * warp per chunk when they average up to KVL_WARP_CHUNK, else a block per
+ * chunk, or per slice of up to `slice` bytes of one (0: whole chunks); at
+ * most warp_blocks or block_blocks blocks; STREAM: see load16. */
 template <bool STREAM>
 static inline void kvl__gather_launch(const kvl__chunk *list, size_t n,
+                                      uint64_t bytes, uint64_t longest,
                                       cudaStream_t stream,
                                       unsigned warp_blocks,
                                       unsigned block_blocks, uint64_t slice)
 {
-	uint64_t bytes = 0, longest = 0;
-	for (size_t k = 0; k < n; k++) {
-		bytes += list[k].len;
-		if (list[k].len > longest)
-			longest = list[k].len;
-	}
 	if (bytes <= (uint64_t)n * KVL_WARP_CHUNK) {
 		kvl_gather<32, KVL_WARP_UNROLL, STREAM>
 			<<<grid(n, KVL_COPY_THREADS / 32, warp_blocks),

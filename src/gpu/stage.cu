@@ -134,7 +134,10 @@ extern "C" int kvl__stager_scatter(kvl__stager *s, size_t n)
 	if (!kvl__cuda_ok(cudaEventRecord(s->copied[h], s->dma)) ||
 	    !kvl__cuda_ok(cudaStreamWaitEvent(cs, s->copied[h], 0)))
 		return -1;
-	kvl__gather_launch<true>(s->lists[h], n, cs, KVL_SCATTER_WARP_BLOCKS,
+	uint64_t bytes, longest;
+	kvl__chunks_measure(s->lists[h], n, &bytes, &longest);
+	kvl__gather_launch<true>(s->lists[h], n, bytes, longest, cs,
+	                         KVL_SCATTER_WARP_BLOCKS,
 	                         KVL_SCATTER_BLOCK_BLOCKS, KVL_SCATTER_SLICE);
 	s->busy[h] = 1;
 	return kvl__cuda_ok(cudaGetLastError()) &&
