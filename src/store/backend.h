@@ -25,6 +25,8 @@ typedef enum kvl__op {
 	KVL__OP_GET,
 	KVL__OP_PUT,
 	KVL__OP_REMOVE,
+	KVL__OP_HOLD,   /* kvl__store_hold */
+	KVL__OP_UNHOLD, /* kvl__store_unhold */
 } kvl__op;
 
 /* One batched call: n keys, and for a get or put each key's items
@@ -131,6 +133,13 @@ typedef struct kvl__store_ops {
 	int (*remove)(kvl_store *store, void *impl, const kvl__batch *b);
 	int (*reg)(kvl_store *store, void *impl, void *addr, size_t len,
 	           kvl_mem_kind mem); /* may be NULL: nothing to do */
+	/* Forgets memory that reg registered (addr as given there). NULL:
+	 * nothing to do. */
+	void (*unreg)(kvl_store *store, void *impl, void *addr);
+	/* As kvl__store_hold and _unhold, given a validated batch; NULL:
+	 * nothing to hold (every result 0). */
+	int (*hold)(kvl_store *store, void *impl, const kvl__batch *b);
+	int (*unhold)(kvl_store *store, void *impl, const kvl__batch *b);
 	void (*stats)(void *impl, kvl_store_stats *out);
 	/* In place (caps.in_place; NULL otherwise): as kvl__store_peek,
 	 * _release, _reserve, _commit and _abort in store.h. */

@@ -346,6 +346,20 @@ static int fault_remove(kvl_store *store, void *impl, const kvl__batch *b)
 	return fault_call(store, impl, b, 0);
 }
 
+/* Holds go to the inner store as they are: faults are injected into the
+ * reads they precede, which is where a lost hold shows. */
+static int fault_hold(kvl_store *store, void *impl, const kvl__batch *b)
+{
+	struct fault_store *f = impl;
+	int rc = b->op == KVL__OP_HOLD
+	                 ? kvl__store_hold(f->inner, b->keys, b->n, b->results)
+	                 : kvl__store_unhold(f->inner, b->keys, b->n,
+	                                     b->results);
+	if (rc < 0)
+		kvl__fail(&store->err, rc, "%s", kvl_store_errmsg(f->inner));
+	return rc;
+}
+
 /* 1 while the store is down (fault.down=1). */
 static int fault_down(struct fault_store *f)
 {
@@ -368,6 +382,13 @@ static int fault_reg(kvl_store *store, void *impl, void *addr, size_t len,
 	if (rc < 0)
 		kvl__fail(&store->err, rc, "%s", kvl_store_errmsg(f->inner));
 	return rc;
+}
+
+static void fault_unreg(kvl_store *store, void *impl, void *addr)
+{
+	struct fault_store *f = impl;
+	(void)store;
+	kvl__store_unregister(f->inner, addr);
 }
 
 /* The inner store's answer; an error while the store is down. */
@@ -584,6 +605,9 @@ const kvl__store_ops kvl__store_fault_ops = {
 	.put = fault_put,
 	.remove = fault_remove,
 	.reg = fault_reg,
+	.unreg = fault_unreg,
+	.hold = fault_hold,
+	.unhold = fault_hold,
 	.stats = fault_stats,
 	.on_evict = fault_on_evict,
 	.size = fault_size,

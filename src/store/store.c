@@ -353,6 +353,15 @@ static int backend_run(void *ctx, const kvl__batch *b)
 		return s->ops->put(s, s->impl, b);
 	case KVL__OP_REMOVE:
 		return s->ops->remove(s, s->impl, b);
+	case KVL__OP_HOLD:
+	case KVL__OP_UNHOLD: {
+		int (*fn)(kvl_store *, void *, const kvl__batch *) =
+			b->op == KVL__OP_HOLD ? s->ops->hold : s->ops->unhold;
+		if (fn)
+			return fn(s, s->impl, b);
+		memset(b->results, 0, b->n * sizeof *b->results);
+		return 0;
+	}
 	}
 	return KVL_EINVAL;
 }
@@ -508,9 +517,12 @@ int kvl__store_call(kvl_store *s, const kvl__batch *b)
 	}
 	if (bad == b->n)
 		return 0;
-	if (s->breaker) {
+	/* An unhold always reaches the backend: what was held is let go
+	 * even while the breaker refuses calls. */
+	kvl__breaker *brk = b->op == KVL__OP_UNHOLD ? NULL : s->breaker;
+	if (brk) {
 		char why[KVL__ERRMSG_MAX];
-		int rc = kvl__breaker_admit(s->breaker, why, sizeof why);
+		int rc = kvl__breaker_admit(brk, why, sizeof why);
 		if (rc) {
 			for (size_t i = 0; i < b->n; i++)
 				if (b->results[i] == 0)
@@ -531,7 +543,7 @@ int kvl__store_call(kvl_store *s, const kvl__batch *b)
 	int rc = bad == 0 ? backend_run(s, b)
 	                  : kvl__batch_runs(b, key_bad, backend_run, s);
 	free(tkeys);
-	if (s->breaker)
+	if (brk)
 		record_call(s, b, rc);
 	return rc;
 }
@@ -568,6 +580,28 @@ int kvl_store_remove(kvl_store *store, const char *const *keys, size_t n,
 {
 	kvl__batch b = {.op = KVL__OP_REMOVE, .n = n, .keys = keys,
 	                .results = results, .fn = "kvl_store_remove"};
+	return kvl__store_call(store, &b);
+}
+
+void kvl__store_unregister(kvl_store *store, void *addr)
+{
+	if (store && addr && store->ops->unreg)
+		store->ops->unreg(store, store->impl, addr);
+}
+
+int kvl__store_hold(kvl_store *store, const char *const *keys, size_t n,
+                    int *results)
+{
+	kvl__batch b = {.op = KVL__OP_HOLD, .n = n, .keys = keys,
+	                .results = results, .fn = "hold"};
+	return kvl__store_call(store, &b);
+}
+
+int kvl__store_unhold(kvl_store *store, const char *const *keys, size_t n,
+                      int *results)
+{
+	kvl__batch b = {.op = KVL__OP_UNHOLD, .n = n, .keys = keys,
+	                .results = results, .fn = "unhold"};
 	return kvl__store_call(store, &b);
 }
 

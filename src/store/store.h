@@ -46,6 +46,31 @@ kvl__err *kvl__store_errp(kvl_store *store);
  * none); fixed at open, so any thread may read it. */
 const char *kvl__store_note(const kvl_store *store);
 
+/* Forgets memory that kvl_store_register announced at `addr`, before the
+ * memory is freed: a store that moves bytes to and from registered memory
+ * by itself (Mooncake's transfer engine) must not touch it afterwards. No
+ * call of the store may be using it. */
+void kvl__store_unregister(kvl_store *store, void *addr);
+
+/* 1 when the Mooncake library a mooncake:// store opens by default
+ * ($KVL_MOONCAKE_LIB, else libmooncake_store.so) carries kvlink's shim, so
+ * that such stores move byte ranges (kvl_has_feature("mooncake-ranges")). */
+int kvl__mc_shim_available(void);
+
+/* Batch holds: keeps each present object of keys[0..n) from eviction and
+ * removal until kvl__store_unhold lets it go, so that the reads of a
+ * batch find what its lookup promised. [out] results[i]: 1 held, 0
+ * nothing held (absent: its reads will miss; or a store that holds
+ * nothing), <0 error. Unhold exactly the keys that got 1. Holds are
+ * counted: a key held twice is let go twice. A hold lasts as long as the
+ * store grants it (Mooncake: the master's lease, which the reads renew
+ * where it ran out). Returns as kvl_store_get; unhold always reaches the
+ * backend, even while the breaker is open. */
+int kvl__store_hold(kvl_store *store, const char *const *keys, size_t n,
+                    int *results);
+int kvl__store_unhold(kvl_store *store, const char *const *keys, size_t n,
+                      int *results);
+
 /* An object's bytes lent by the store, or memory reserved for a new one. */
 typedef struct kvl__view {
 	const uint8_t *data;
