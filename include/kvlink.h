@@ -108,7 +108,10 @@ KVL_API const char *kvl_version(void);
  * (built with GPU copies), "cuda-device" (built with them and a CUDA device
  * is usable in this process now), "redis" (redis:// store), "tls"
  * (rediss://: the Redis store over TLS), "mac" (objects keyed with a store
- * secret: the secret_file option of kvl_store_open). Unknown names give 0.
+ * secret: the secret_file option of kvl_store_open), "mooncake-ranges"
+ * (the Mooncake library that mooncake:// opens without lib=, from
+ * $KVL_MOONCAKE_LIB, carries kvlink's shim: such stores move byte ranges
+ * and load layer by layer; docs/mooncake.md). Unknown names give 0.
  * Thread-safe. */
 KVL_API int kvl_has_feature(const char *name);
 
@@ -728,9 +731,13 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       buffer (Mooncake's local buffer, 64MiB), staging (kvlink's
  *       registered staging, 256MiB: an object must fit half of it unless
  *       it moves in place from memory given to kvl_store_register),
- *       replicas (1). Reads move whole objects; the linker reads every
- *       layer of a page at once. A master down at open is KVL_EIO. See
- *       docs/mooncake.md.
+ *       replicas (1), api (auto: byte ranges through kvlink's shim when
+ *       the library carries it, else whole objects; ranges: the shim or
+ *       KVL_ENOTSUP; whole: Mooncake's C API alone), groups (1: a page's
+ *       objects of every pool share a Mooncake group; ranges only). On
+ *       ranges the linker reads layer by layer; on whole objects it reads
+ *       every layer of a page at once. A master down at open is KVL_EIO.
+ *       See docs/mooncake.md.
  *   file:/path/to/dir[?capacity=SIZE][&max_objects=N][&io=uring|pread]
  *       [&direct=0|1]
  *       Object files in an existing local directory, shared by every

@@ -7,6 +7,7 @@
 #include "core/internal.h"
 #include "gpu/device.h"
 #include "kvl_config.h"
+#include "store/store.h"
 
 #define KVL__STR_(x) #x
 #define KVL__STR(x) KVL__STR_(x)
@@ -31,5 +32,7 @@ int kvl_has_feature(const char *name)
 		return 1; /* OpenSSL is always linked (core/mac.c) */
 	if (strcmp(name, "tls") == 0) /* rediss://, with the Redis store */
 		return KVL_HAVE_REDIS;
+	if (strcmp(name, "mooncake-ranges") == 0)
+		return kvl__mc_shim_available();
 	return 0;
 }

@@ -845,6 +845,39 @@ size_t kvl__pool_key_with(const kvl__pool *p, const char *suffix,
 	return p->key_prefix_len + 2 * KVL_HASH_BYTES + suffix_len;
 }
 
+/* 1 if s[0..n) is n lowercase hex digits. */
+static int hex_run(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+size_t kvl__page_group(const char *key, char *buf)
+{
+	/* PREFIX FP ':' HASH ':' POOL ':' SHARD, read from the end: pool
+	 * names and shards hold no ':', the prefix may (a store's tenant). */
+	size_t n = strlen(key);
+	const char *c[4];
+	size_t found = 0;
+	for (size_t i = n; i-- > 0 && found < 4;)
+		if (key[i] == ':')
+			c[found++] = key + i;
+	if (found < 4 || n >= KVL_KEY_MAX)
+		return 0;
+	const char *hash = c[2] + 1, *fp = c[3] + 1;
+	if ((size_t)(c[1] - hash) != 2 * KVL_HASH_BYTES ||
+	    (size_t)(c[2] - fp) != 2 * KVL__FP_BYTES ||
+	    !hex_run(hash, 2 * KVL_HASH_BYTES) || !hex_run(fp, 2 * KVL__FP_BYTES))
+		return 0;
+	size_t pre = (size_t)(fp - key);
+	memcpy(buf, key, pre);
+	memcpy(buf + pre, hash, 2 * KVL_HASH_BYTES);
+	buf[pre + 2 * KVL_HASH_BYTES] = '\0';
+	return pre + 2 * KVL_HASH_BYTES;
+}
+
 size_t kvl__pool_key(const kvl__pool *p, const kvl_hash *page, char *buf)
 {
 	return kvl__pool_key_with(p, p->key_suffix, p->key_suffix_len, page,

@@ -89,6 +89,13 @@ size_t kvl__pool_key(const kvl__pool *p, const kvl_hash *page, char *buf);
  * (KVL_KEY_MAX bytes); its length. */
 size_t kvl__pool_suffix(const kvl__pool *p, const kvl_shard *s, char *buf);
 
+/* The name that a page's objects of every pool and rank shard share, from
+ * one of their keys (kvl__pool_key, with any store prefix before it): the
+ * key without its pool fingerprint, pool and shard, written into buf
+ * (KVL_KEY_MAX bytes). Its length, or 0 when `key` is not a page's key.
+ * Stores that group objects (Mooncake) keep a page's objects together. */
+size_t kvl__page_group(const char *key, char *buf);
+
 /* kvl__pool_key with another shard's suffix (kvl__pool_suffix). */
 size_t kvl__pool_key_with(const kvl__pool *p, const char *suffix,
                           size_t suffix_len, const kvl_hash *page, char *buf);
