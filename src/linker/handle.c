@@ -172,6 +172,7 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 		kvl_linker_close(lk);
 		return rc;
 	}
+	kvl__lk_register_pools(lk);
 	rc = KVL_ENOMEM;
 	if (pthread_create(&lk->loader, NULL, kvl__lk_loader_main, lk))
 		goto fail;
@@ -227,8 +228,11 @@ void kvl_linker_close(kvl_linker *lk)
 	if (!lk)
 		return;
 	kvl_linker_shutdown(lk);
+	kvl__lk_unregister_all(lk); /* before the paths free their buffers */
 	for (size_t i = 0; i < lk->n_paths; i++)
 		lk->paths[i]->close(lk);
+	free(lk->held);
+	free(lk->held_res);
 	kvl__lk_io_free(&lk->off_io);
 	kvl__lk_claims_free(lk);
 	free(lk->off_absent);

@@ -120,6 +120,11 @@ struct kvl_linker {
 	kvl_policy *policies;  /* hit policy of each pool */
 	const struct lk_path **pool_path; /* each pool's path */
 	const struct lk_path *paths[LK_MAX_PATHS]; /* the paths in use */
+	void **registered;     /* what regions.c registered with the store */
+	size_t n_registered;
+	const char **held;     /* the loader's batch holds (regions.c) */
+	size_t n_held, cap_held;
+	int *held_res;
 	size_t n_paths;
 	/* The path whose copies complete after load_layer returns (GPU), or
 	 * NULL: the loader then finishes each layer once the next is issued,
@@ -232,6 +237,26 @@ void kvl__lk_walk_start(lk_walk *w, const kvl_linker *lk, lk_batch *b,
                         uint32_t layer, const struct lk_path *path);
 /* 1 with w->it (and r, p, ly) set to the next item, or 0 at the end. */
 int kvl__lk_walk_next(lk_walk *w);
+
+/* ------------------------------------------------------------ regions.c */
+
+/* Announces the layout's pool memory to the store (kvl_store_register),
+ * regions that overlap or touch as one, so that stores that move bytes
+ * themselves (Mooncake) read into the slots and write from them with no
+ * staging copy. A store that refuses a region only costs that copy: the
+ * refusal is logged, and open goes on. */
+void kvl__lk_register_pools(kvl_linker *lk);
+/* The same for one piece of the linker's own memory (the GPU paths'
+ * pinned ring and staging). */
+void kvl__lk_register(kvl_linker *lk, void *addr, size_t len);
+/* Forgets all of it, before the memory is freed (close). */
+void kvl__lk_unregister_all(kvl_linker *lk);
+
+/* The loader: holds the objects of batch b in the store for the batch
+ * (kvl__store_hold), and lets them go at its end. A hold that fails costs
+ * nothing but the hold: the reads report what they find. */
+void kvl__lk_hold_batch(kvl_linker *lk, lk_batch *b);
+void kvl__lk_unhold_batch(kvl_linker *lk);
 
 /* ------------------------------------------------------------- claims.c */
 

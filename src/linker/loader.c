@@ -123,6 +123,7 @@ static void run_batch(kvl_linker *lk, lk_batch *b)
 	int canceled = 0;
 	int gate_err = b->gated ? wait_gate(lk, b) : 0;
 	uint32_t layer;
+	kvl__lk_hold_batch(lk, b);
 	for (layer = 0; layer < lk->n_layers; layer++) {
 		pthread_mutex_lock(&lk->mu);
 		canceled = lk->closing;
@@ -151,6 +152,7 @@ static void run_batch(kvl_linker *lk, lk_batch *b)
 	for (size_t i = 0; i < lk->n_paths; i++)
 		if (lk->paths[i]->end_batch)
 			lk->paths[i]->end_batch(lk, b);
+	kvl__lk_unhold_batch(lk);
 	complete_batch(lk, b, canceled);
 }
 

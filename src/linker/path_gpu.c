@@ -101,6 +101,10 @@ int kvl__lk_gpu_open(kvl_linker *lk, int ring, char *errbuf, size_t errlen)
 			g->ring_half = max_span;
 		g->ring = kvl__cuda_host_alloc(2 * g->ring_half);
 		ok = ok && g->staging && g->ring;
+		if (ok) { /* reads land in the ring, puts leave staging */
+			kvl__lk_register(lk, g->ring, 2 * g->ring_half);
+			kvl__lk_register(lk, g->staging, g->staging_len);
+		}
 	} else {
 		g->pin_views = calloc(n, sizeof *g->pin_views);
 		g->off_views = calloc(n, sizeof *g->off_views);
