@@ -52,6 +52,9 @@ static void moves_reset(moves *mv)
 	mv->n = mv->at = mv->used = 0;
 }
 
+/* Where an empty range's probe lands: not the caller's (see moves_add). */
+static uint8_t discard;
+
 /* The staged bytes of one key's items, each rounded up as staged. */
 static uint64_t staged_need(struct mstore *m, const void *items,
                             size_t n_items, int is_put)
@@ -60,15 +63,17 @@ static uint64_t staged_need(struct mstore *m, const void *items,
 	for (size_t j = 0; j < n_items; j++) {
 		const void *a;
 		size_t len;
+		uint64_t off = 0;
 		if (is_put) {
 			a = ((const kvl_iov *)items)[j].addr;
 			len = ((const kvl_iov *)items)[j].len;
 		} else {
 			a = ((const kvl_range *)items)[j].addr;
 			len = ((const kvl_range *)items)[j].len;
+			off = ((const kvl_range *)items)[j].offset;
 		}
-		if (len && !kvl__mc_registered(m, a, len))
-			need += kvl__round64(len);
+		if (len ? !kvl__mc_registered(m, a, len) : !is_put && off)
+			need += kvl__round64(len ? len : 1);
 	}
 	return need;
 }
@@ -79,8 +84,19 @@ static uint64_t staged_need(struct mstore *m, const void *items,
 static void moves_add(moves *mv, struct mstore *m, uint8_t *base, void *p,
                       size_t len, uint64_t off, int is_put)
 {
-	if (len == 0)
+	if (len == 0 && (is_put || off == 0))
+		return; /* nothing to move, nothing beyond the object */
+	if (len == 0) {
+		/* An empty range at off is within the object when byte
+		 * off - 1 is: read that one byte into staging, and drop it. */
+		mv->bufs[mv->at] = base + mv->used;
+		mv->dst[mv->at] = &discard;
+		mv->used += kvl__round64(1);
+		mv->lens[mv->at] = 1;
+		mv->offs[mv->at++] = off - 1;
+		mv->counts[mv->n]++;
 		return;
+	}
 	if (kvl__mc_registered(m, p, len)) {
 		mv->bufs[mv->at] = p;
 		mv->dst[mv->at] = NULL;
@@ -139,6 +155,8 @@ static int get_moves(kvl_store *store, struct mstore *m, moves *mv,
 	for (size_t k = 0; k < mv->n; a += mv->counts[k++]) {
 		results[mv->idx[k]] = get_result(store, mv->keys[k], got[k]);
 		for (size_t j = a; got[k] >= 0 && j < a + mv->counts[k]; j++) {
+			if (mv->dst[j] == &discard)
+				continue;
 			if (mv->dst[j])
 				memcpy(mv->dst[j], mv->bufs[j], mv->lens[j]);
 			atomic_fetch_add(mv->dst[j] ? &m->staged_bytes

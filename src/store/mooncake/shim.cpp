@@ -11,13 +11,20 @@
 // it ends it for every caller. The shim counts holds per key so that
 // concurrent batches of one process that share a key (two engines' loads
 // of one prefix) do not end each other's sessions.
+//
+// Puts. RealClient refuses a put session for a key that has one already
+// (a concurrent put of it in this process). The shim makes such a put wait
+// for the other one, which then either stored the key (the wait's put
+// finds it there) or did not (the wait's put stores it).
 
 #include "shim.h"
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "real_client.h"
@@ -105,6 +112,38 @@ void release_keys(void *client, const std::vector<std::string> &keys)
 	if (!ended.empty())
 		real(client)->batch_get_session_end(ended);
 }
+
+// Keys being put, per client.
+std::mutex puts_mu;
+std::condition_variable puts_cv;
+std::unordered_map<void *, std::unordered_set<std::string>> putting;
+
+// Marks a call's keys as being put, once none of them is: all at once, so
+// that two calls waiting on each other's keys cannot deadlock.
+struct PutClaim {
+	void *client;
+	const std::vector<std::string> &keys;
+	PutClaim(void *c, const std::vector<std::string> &k) : client(c), keys(k)
+	{
+		std::unique_lock<std::mutex> g(puts_mu);
+		auto &p = putting[client];
+		puts_cv.wait(g, [&] {
+			for (const auto &key : keys)
+				if (p.count(key))
+					return false;
+			return true;
+		});
+		p.insert(keys.begin(), keys.end());
+	}
+	~PutClaim()
+	{
+		std::lock_guard<std::mutex> g(puts_mu);
+		auto &p = putting[client];
+		for (const auto &key : keys)
+			p.erase(key);
+		puts_cv.notify_all();
+	}
+};
 
 std::vector<std::string> strings(const char *const *keys, size_t n)
 {
@@ -216,6 +255,7 @@ int kvl_mc_put_ranges(void *client, const char *const *keys, size_t n,
 	try {
 		mooncake::RealClient *c = real(client);
 		std::vector<std::string> k = strings(keys, n);
+		PutClaim claim(client, k);
 		std::vector<size_t> sz(sizes, sizes + n);
 		mooncake::ReplicateConfig cfg;
 		cfg.replica_num = replicas;
@@ -277,8 +317,12 @@ int kvl_mc_put_ranges(void *client, const char *const *keys, size_t n,
 
 void kvl_mc_forget(void *client)
 {
-	std::lock_guard<std::mutex> g(holds_mu);
-	holds.erase(client);
+	{
+		std::lock_guard<std::mutex> g(holds_mu);
+		holds.erase(client);
+	}
+	std::lock_guard<std::mutex> g(puts_mu);
+	putting.erase(client);
 }
 
 } // extern "C"
