@@ -779,6 +779,41 @@ static void test_breaker(void **state)
 	            KVL_EPARSE);
 }
 
+/* Holds through the door: a store that holds nothing answers 0 for each
+ * key, a malformed key is KVL_EINVAL, an open breaker refuses a hold but
+ * never an unhold (what was held is let go even while the store is
+ * refused). Mooncake's holds themselves: test_mooncake. */
+static void test_holds(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("fault+mem:?breaker=1&breaker_ms=10000");
+	const char *keys[3] = {"h1", "", "h3"};
+	int res[3] = {99, 99, 99};
+	ASSERT_CODE(kvl__store_hold(s, keys, 3, res), KVL_OK);
+	ASSERT_CODE(res[0], 0);
+	ASSERT_CODE(res[1], KVL_EINVAL);
+	ASSERT_CODE(res[2], 0);
+	/* A failed call opens the breaker (breaker=1). */
+	fault_down(s, 1);
+	ASSERT_CODE(kvl_store_exists(s, keys, 1, res), KVL_EIO);
+	kvl_store_stats st;
+	ASSERT_CODE(kvl_store_stats_get(s, &st), 0);
+	ASSERT_U64(st.breaker_open, 1);
+	res[0] = 99;
+	ASSERT_CODE(kvl__store_hold(s, keys, 1, res), KVL_EIO);
+	ASSERT_CODE(res[0], KVL_EIO);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "calls in a row failed");
+	res[0] = res[2] = 99;
+	const char *held[2] = {"h1", "h3"};
+	ASSERT_CODE(kvl__store_unhold(s, held, 2, res), KVL_OK);
+	ASSERT_CODE(res[0], 0);
+	ASSERT_CODE(res[1], 0);
+	/* Forgetting memory never registered is harmless. */
+	kvl__store_unregister(s, res);
+	kvl__store_unregister(NULL, res);
+	kvl_store_close(s);
+}
+
 static void test_fail_call(void **state)
 {
 	(void)state;
@@ -1154,6 +1189,7 @@ int main(void)
 		cmocka_unit_test(test_evict),
 		cmocka_unit_test(test_down),
 		cmocka_unit_test(test_breaker),
+		cmocka_unit_test(test_holds),
 		cmocka_unit_test(test_fail_call),
 		cmocka_unit_test(test_latency),
 		cmocka_unit_test(test_set_runtime),

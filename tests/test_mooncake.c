@@ -3,7 +3,9 @@
  * test_mooncake.c — the mooncake:// store: clear errors without Mooncake
  * (always), and against a real deployment (tests/mooncake/run.sh: a master
  * and a client holding the pool's memory, in other processes) objects,
- * "already exists", byte ranges of whole objects, eviction under pressure,
+ * "already exists", byte ranges of whole objects, the two ways of moving
+ * bytes (ranges through kvlink's shim, whole objects through the C API),
+ * batch holds and page groups, eviction under pressure,
  * reads that outlast their lease, a holder that dies and a master that
  * dies: every failure is a clean per-key or per-request error, and loads
  * never report a wrong byte valid.
@@ -15,6 +17,7 @@
  * (skipped) after it, saying why; with part of a deployment (one of them,
  * or no $KVL_MOONCAKE_LIB) it fails.
  */
+#include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,7 +34,9 @@
 #include "support/kvl_assert.h"
 #include "support/stores.h"
 
+#include "core/layout.h"
 #include "kvlink.h"
+#include "store/store.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -173,6 +178,43 @@ static void test_open_errors(void **state)
 	open_fails("mooncake://h:1?staging=1KiB", KVL_EPARSE, "staging");
 	open_fails("mooncake://h:1?segmnet=1GiB", KVL_EPARSE, "segmnet");
 	open_fails("mooncake://h:1?segment=lots", KVL_EPARSE, "segment");
+	open_fails("mooncake://h:1?api=fast", KVL_EPARSE, "auto, ranges or whole");
+	open_fails("mooncake://h:1?groups=maybe", KVL_EPARSE, "groups");
+}
+
+/* A page's objects of every pool and shard share one group; other pages,
+ * and keys that are not a page's, do not. */
+static void test_page_group(void **state)
+{
+	(void)state;
+	char fa[33], fb[33], h1[65], h2[65], k[4][KVL_KEY_MAX];
+	char g[4][KVL_KEY_MAX];
+	memset(fa, 'a', 32), fa[32] = 0;
+	memset(fb, '0', 32), fb[32] = 0;
+	memset(h1, '7', 64), h1[64] = 0;
+	memset(h2, 'e', 64), h2[64] = 0;
+	snprintf(k[0], KVL_KEY_MAX, "kvl1:m:%s:%s:kv:tp0_cp0_pp0", fa, h1);
+	snprintf(k[1], KVL_KEY_MAX, "kvl1:m:%s:%s:idx:cp0_pp0", fb, h1);
+	snprintf(k[2], KVL_KEY_MAX, "kvl1:m:%s:%s:kv:tp0_cp0_pp0", fa, h2);
+	snprintf(k[3], KVL_KEY_MAX, "kvl1:t:kvl1:m:%s:%s:kv:tp1_cp0_pp0", fa,
+	         h1);
+	for (int i = 0; i < 4; i++)
+		assert_true(kvl__page_group(k[i], g[i]) > 0);
+	char want[KVL_KEY_MAX];
+	snprintf(want, sizeof want, "kvl1:m:%s", h1);
+	assert_string_equal(g[0], want);
+	assert_string_equal(g[1], want);
+	assert_string_not_equal(g[2], want);
+	snprintf(want, sizeof want, "kvl1:t:kvl1:m:%s", h1);
+	assert_string_equal(g[3], want);
+	/* Not a page's key: no group. */
+	char bad[KVL_KEY_MAX];
+	assert_int_equal(kvl__page_group("plain-key", bad), 0);
+	snprintf(bad, sizeof bad, "kvl1:m:%s:%.63s:kv:tp0_cp0_pp0", fa, h1);
+	assert_int_equal(kvl__page_group(bad, g[0]), 0);
+	snprintf(bad, sizeof bad, "kvl1:m:%s:%s:kv:tp0_cp0_pp0", fa, h1);
+	bad[40] = 'A'; /* upper case is not kvlink's hex */
+	assert_int_equal(kvl__page_group(bad, g[0]), 0);
 }
 
 /* ------------------------------------------------------ a deployment */
@@ -278,6 +320,161 @@ static kvl_completion engine_load(engine *e, const kvl_hash *h, size_t n,
 	return collect(e->lk, id);
 }
 
+/* 1 when the store moves byte ranges through kvlink's shim, 0 when whole
+ * objects through the C API, as its stats say; *direct and *staged get the
+ * bytes of ranges read each way. */
+static int moves_ranges(kvl_store *s, unsigned long long *direct,
+                        unsigned long long *staged)
+{
+	char buf[8192];
+	ASSERT_CODE(kvl_store_stats_render(s, KVL_STATS_JSON, buf, sizeof buf,
+	                                   NULL),
+	            KVL_OK);
+	const char *at = strstr(buf, "\"mooncake\":{\"api\":\"");
+	if (!at)
+		fail_msg("no mooncake member in %s", buf);
+	int ranges = strncmp(at + 19, "ranges", 6) == 0;
+	const char *d = strstr(at, "\"read_bytes_direct\":");
+	const char *st = strstr(at, "\"read_bytes_staged\":");
+	assert_true(d && st);
+	if (direct)
+		*direct = strtoull(d + 20, NULL, 10);
+	if (staged)
+		*staged = strtoull(st + 20, NULL, 10);
+	return ranges;
+}
+
+/* The way the deployment's URI asks for (run.sh's api=) is the way used:
+ * ranges through the shim, or whole objects with api=whole (auto: ranges
+ * when the library has the shim); the linker reads layer by layer on
+ * ranges only. api=ranges of a library without the shim fails at open,
+ * naming the shim. */
+static void test_api(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	const char *uri = deployment();
+	const char *lib = getenv("KVL_MOONCAKE_LIB");
+	void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+	assert_non_null(h);
+	int has_shim = dlsym(h, "kvl_mc_shim_version") != NULL;
+	kvl_store *s = open_ok(uri);
+	int ranges = moves_ranges(s, NULL, NULL);
+	ASSERT_EQ(ranges, strstr(uri, "api=whole") ? 0 : has_shim);
+	ASSERT_EQ(kvl__store_caps_of(s).whole_reads, !ranges);
+	kvl_store_close(s);
+	char other[1024];
+	snprintf(other, sizeof other, "mooncake://127.0.0.1:9?lib=%s&api=ranges",
+	         lib);
+	if (has_shim) /* past the shim, to the master (not at port 9) */
+		open_fails(other, KVL_EIO, "127.0.0.1:9");
+	else
+		open_fails(other, KVL_ENOTSUP, "shim");
+}
+
+/* A hold keeps the object leased (ranges): a remove that will not wait for
+ * leases fails while it is held, and succeeds once the hold is let go and
+ * the lease ran out. Page groups lease a page's other objects with it;
+ * groups=0 does not. Whole objects hold nothing. */
+static void hold_run(const char *uri, int groups, int *held, int *other)
+{
+	char u[1200];
+	snprintf(u, sizeof u, "%s&groups=%d", uri, groups);
+	kvl_store *s = open_ok(u);
+	snprintf(u, sizeof u, "%s&remove_wait_ms=0", uri);
+	kvl_store *r = open_ok(u);
+	char fp[33], hash[65], k[2][KVL_KEY_MAX];
+	memset(fp, 'c', 32), fp[32] = 0;
+	snprintf(hash, sizeof hash, "%08x%056d", (unsigned)getpid() * 2 + groups,
+	         0);
+	snprintf(k[0], KVL_KEY_MAX, "kvl1:hold:%s:%s:kv:tp0_cp0_pp0", fp, hash);
+	snprintf(k[1], KVL_KEY_MAX, "kvl1:hold:%s:%s:idx:tp0_cp0_pp0", fp, hash);
+	const char *kp[2] = {k[0], k[1]};
+	static uint8_t data[4096];
+	kvl_iov iov[2] = {{data, sizeof data}, {data, sizeof data}};
+	size_t one[2] = {1, 1};
+	int res[2];
+	ASSERT_CODE(kvl_store_put(s, kp, 2, iov, one, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_PUT_STORED);
+	ASSERT_CODE(res[1], KVL_PUT_STORED);
+	usleep(300 * 1000); /* any lease of the put has run out */
+	ASSERT_CODE(kvl__store_hold(s, kp, 1, res), KVL_OK);
+	int h = res[0];
+	ASSERT_CODE(kvl_store_remove(r, kp, 2, res), KVL_OK);
+	*held = res[0] < 0;  /* the held object stayed */
+	*other = res[1] < 0; /* its group's other object stayed */
+	if (h == 1) {
+		ASSERT_CODE(kvl__store_unhold(s, kp, 1, res), KVL_OK);
+	}
+	usleep(300 * 1000);
+	ASSERT_CODE(kvl_store_remove(r, kp, 2, res), KVL_OK);
+	for (int i = 0; i < 2; i++)
+		assert_true(res[i] >= 0); /* gone now, or already */
+	kvl_store_close(r);
+	kvl_store_close(s);
+}
+
+static void test_holds_and_groups(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	const char *uri = deployment();
+	kvl_store *s = open_ok(uri);
+	int ranges = moves_ranges(s, NULL, NULL);
+	kvl_store_close(s);
+	int held, other;
+	hold_run(uri, 1, &held, &other);
+	printf("hold, groups=1: held %d, its group's other %d\n", held, other);
+	ASSERT_EQ(held, ranges);
+	ASSERT_EQ(other, ranges);
+	/* Through a fault+ store, which passes holds on. */
+	char wrapped[1200];
+	snprintf(wrapped, sizeof wrapped, "fault+%s", uri);
+	hold_run(wrapped, 1, &held, &other);
+	ASSERT_EQ(held, ranges);
+	if (!ranges)
+		return; /* whole objects: no groups either */
+	hold_run(uri, 0, &held, &other);
+	printf("hold, groups=0: held %d, the other %d\n", held, other);
+	ASSERT_EQ(held, 1);
+	ASSERT_EQ(other, 0);
+}
+
+/* A linker registers its pools with the store: on ranges, its layer-wise
+ * loads land straight in the slots (no staged bytes), layer by layer. */
+static void test_linker_direct(void **state)
+{
+	(void)state;
+	NEED_DEPLOYMENT();
+	kvl_store *s = open_ok(deployment());
+	engine e;
+	engine_open(&e, s, "direct");
+	kvl_hash h[4];
+	pages_of(h, 4, 41);
+	engine_offload(&e, h, 4, 1);
+	int wait;
+	kvl_completion c = engine_load(&e, h, 4, 2, &wait);
+	ASSERT_CODE(c.status, KVL_OK);
+	ASSERT_EQ(c.valid_pages, 4);
+	ASSERT_CODE(wait, KVL_OK);
+	for (size_t i = 0; i < 4; i++)
+		for (uint32_t ly = 0; ly < ENG_LAYERS; ly++)
+			ASSERT_EQ(e.mem[((size_t)ly * ENG_SLOTS + 4 + i) * ENG_BYTES + 9],
+			          (uint8_t)(i * 16 + ly + 1));
+	unsigned long long direct, staged;
+	int ranges = moves_ranges(s, &direct, &staged);
+	printf("linker loads: %llu bytes direct, %llu staged\n", direct,
+	       staged);
+	if (ranges) {
+		assert_true(direct >= 4ull * ENG_LAYERS * ENG_BYTES);
+	} else {
+		ASSERT_U64(direct, 0);
+		ASSERT_U64(staged, 0);
+	}
+	engine_close(&e);
+	kvl_store_close(s);
+}
+
 static void test_master_down_at_open(void **state)
 {
 	(void)state;
@@ -296,16 +493,19 @@ static void test_objects(void **state)
 	(void)state;
 	NEED_DEPLOYMENT();
 	kvl_store *s = open_ok(deployment());
+	int ranges = moves_ranges(s, NULL, NULL);
+	int again = ranges ? KVL_PUT_PRESENT : KVL_PUT_STORED;
 	int res[4];
 	int got[4];
-	/* Three objects. Putting them again "counts as stored": Mooncake
-	 * keeps the first bytes and does not say they were there. */
+	/* Three objects. Putting them again: Mooncake keeps the first
+	 * bytes; its put session says they were there (ranges), its C API
+	 * does not, and then it "counts as stored" (whole). */
 	put_n(s, "objects", 3, 100000, res);
 	for (int i = 0; i < 3; i++)
 		ASSERT_CODE(res[i], KVL_PUT_STORED);
 	put_n(s, "objects", 3, 100000, res);
 	for (int i = 0; i < 3; i++)
-		ASSERT_CODE(res[i], KVL_PUT_STORED);
+		ASSERT_CODE(res[i], again);
 	/* Other bytes under key 0: also "stored", and the first stay. */
 	static uint8_t other[100000];
 	memset(other, 0x55, sizeof other);
@@ -315,7 +515,7 @@ static void test_objects(void **state)
 	kvl_iov io = {other, sizeof other};
 	size_t one = 1;
 	ASSERT_CODE(kvl_store_put(s, &kp0, 1, &io, &one, res), KVL_OK);
-	ASSERT_CODE(res[0], KVL_PUT_STORED);
+	ASSERT_CODE(res[0], again);
 	get_n(s, "objects", 3, 100000, got);
 	for (int i = 0; i < 3; i++)
 		ASSERT_CODE(got[i], 0);
@@ -361,7 +561,7 @@ static void test_objects(void **state)
 
 	kvl_store_stats st;
 	ASSERT_CODE(kvl_store_stats_get(s, &st), KVL_OK);
-	ASSERT_U64(st.puts, 7);
+	ASSERT_U64(st.puts, ranges ? 3 : 7); /* newly stored, as told */
 	ASSERT_U64(st.errors, 1); /* the get past the end */
 	kvl_store_close(s);
 
@@ -635,11 +835,12 @@ int main(void)
 	if (!has_ctl && !has_uri) {
 		const struct CMUnitTest alone[] = {
 			cmocka_unit_test(test_open_errors),
+			cmocka_unit_test(test_page_group),
 		};
 		int rc = cmocka_run_group_tests(alone, NULL, NULL);
 		if (rc)
 			return rc;
-		printf("SKIP: no Mooncake deployment, so 6 of 7 tests did not "
+		printf("SKIP: no Mooncake deployment, so 9 of 11 tests did not "
 		       "run: run through tests/mooncake/run.sh (ctest does as "
 		       "mooncake_mooncake when KVL_MOONCAKE_LIB is set)\n");
 		return 77;
@@ -655,6 +856,10 @@ int main(void)
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_open_errors),
+		cmocka_unit_test(test_page_group),
+		cmocka_unit_test(test_api),
+		cmocka_unit_test(test_holds_and_groups),
+		cmocka_unit_test(test_linker_direct),
 		cmocka_unit_test(test_master_down_at_open),
 		cmocka_unit_test(test_objects),
 		cmocka_unit_test(test_lease_expiry),
