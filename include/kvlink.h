@@ -734,9 +734,11 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       replicas (1), api (auto: byte ranges through kvlink's shim when
  *       the library carries it, else whole objects; ranges: the shim or
  *       KVL_ENOTSUP; whole: Mooncake's C API alone), groups (1: a page's
- *       objects of every pool share a Mooncake group; ranges only). On
- *       ranges the linker reads layer by layer; on whole objects it reads
- *       every layer of a page at once. A master down at open is KVL_EIO.
+ *       objects of every pool share a Mooncake group; ranges only),
+ *       layer_read_min (64KiB). On ranges the linker reads layer by layer
+ *       the pools whose layers are at least layer_read_min per page, and
+ *       the others, as every pool on whole objects, with their first
+ *       layer. A master down at open is KVL_EIO.
  *       See docs/mooncake.md.
  *   file:/path/to/dir[?capacity=SIZE][&max_objects=N][&io=uring|pread]
  *       [&direct=0|1]

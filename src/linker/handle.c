@@ -160,9 +160,19 @@ int kvl_linker_open(kvl_store *store, const kvl_layout *layout,
 		                               layout->pools[i].window};
 	lk->comp = calloc(o.max_requests, sizeof *lk->comp);
 	lk->pool_path = calloc(layout->n_pools, sizeof *lk->pool_path);
+	lk->pool_whole = calloc(layout->n_pools, 1);
+	for (size_t i = 0; lk->pool_whole && i < layout->n_pools; i++) {
+		const kvl__pool *p = &layout->pools[i];
+		int small = 0;
+		for (uint32_t k = 0; k < p->n_layers; k++)
+			small |= p->layers[k].len < lk->caps.layer_read_min;
+		lk->pool_whole[i] = lk->caps.whole_reads || small;
+		lk->any_whole |= lk->pool_whole[i];
+	}
 	lk->off_absent = calloc(o.io_batch, sizeof *lk->off_absent);
 	int rc = KVL_ENOMEM;
 	if (!lk->comp || !lk->lookup.bits || !lk->policies || !lk->pool_path ||
+	    !lk->pool_whole ||
 	    !lk->off_absent || kvl__lk_claims_alloc(lk) ||
 	    kvl__lk_io_alloc(&lk->off_io, o.io_batch, 0, 0))
 		goto fail;
@@ -237,6 +247,7 @@ void kvl_linker_close(kvl_linker *lk)
 	kvl__lk_claims_free(lk);
 	free(lk->off_absent);
 	free(lk->pool_path);
+	free(lk->pool_whole);
 	free(lk->comp);
 	free(lk->lookup.bits);
 	kvl__keyset_free(&lk->lookup.keys);

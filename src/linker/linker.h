@@ -119,6 +119,9 @@ struct kvl_linker {
 	size_t max_pieces;     /* most pieces of one page of any pool */
 	kvl_policy *policies;  /* hit policy of each pool */
 	const struct lk_path **pool_path; /* each pool's path */
+	uint8_t *pool_whole;   /* each pool's loads read all layers with the
+	                        * first (kvl__lk_pool_whole) */
+	int any_whole;         /* some pool's do */
 	const struct lk_path *paths[LK_MAX_PATHS]; /* the paths in use */
 	void **registered;     /* what regions.c registered with the store */
 	size_t n_registered;
@@ -237,6 +240,14 @@ void kvl__lk_walk_start(lk_walk *w, const kvl_linker *lk, lk_batch *b,
                         uint32_t layer, const struct lk_path *path);
 /* 1 with w->it (and r, p, ly) set to the next item, or 0 at the end. */
 int kvl__lk_walk_next(lk_walk *w);
+
+/* Whether pool `pool`'s loads read every layer with the first: on a store
+ * whose reads move whole objects, and where a layer's bytes per page are
+ * below what a read costs anyway (caps.layer_read_min). */
+static inline int kvl__lk_pool_whole(const kvl_linker *lk, uint32_t pool)
+{
+	return lk->pool_whole[pool];
+}
 
 /* ------------------------------------------------------------ regions.c */
 

@@ -63,7 +63,7 @@ int kvl__lk_gpu_open(kvl_linker *lk, int ring, char *errbuf, size_t errlen)
 			max_obj = p->object_size;
 		for (uint32_t k = 0; k < p->n_layers; k++) {
 			kvl__read rd = kvl__read_plan(p, &p->layers[k],
-			                              lk->caps.whole_reads);
+			                              kvl__lk_pool_whole(lk, i));
 			size_t span = kvl__round64(rd.span);
 			if (span > max_span)
 				max_span = span;

@@ -23,7 +23,7 @@ static int host_open(kvl_linker *lk, char *errbuf, size_t errlen)
 	lk->host = h;
 	/* An item's read: its header and a layer's components, or on a
 	 * whole-object store every layer's. */
-	size_t ranges = 1 + (lk->caps.whole_reads ? lk->max_pieces
+	size_t ranges = 1 + (lk->any_whole ? lk->max_pieces
 	                                          : lk->max_comps);
 	if (!h ||
 	    kvl__lk_io_alloc(&h->load, lk->opts.io_batch,
@@ -60,7 +60,7 @@ static int load_flush(kvl_linker *lk, lk_io *io, uint32_t layer)
 		lk_req *r = io->reqs[k];
 		const kvl__pool *p = kvl__lk_pool(lk, it->pool);
 		kvl__read rd = kvl__read_plan(p, kvl__pool_layer(p, layer),
-		                              lk->caps.whole_reads);
+		                              kvl__lk_pool_whole(lk, it->pool));
 		int err = kvl__read_check(p, &r->pages[it->page], &rd,
 		                          rc ? rc : io->res[k], it->hdr, NULL,
 		                          it->slot, !lk->caps.trusted, lk->mac,
@@ -85,7 +85,8 @@ static int host_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 	lk_walk w;
 	for (kvl__lk_walk_start(&w, lk, b, layer, &kvl__lk_path_host);
 	     kvl__lk_walk_next(&w);) {
-		kvl__read rd = kvl__read_plan(w.p, w.ly, lk->caps.whole_reads);
+		kvl__read rd = kvl__read_plan(w.p, w.ly,
+		                              kvl__lk_pool_whole(lk, w.it->pool));
 		if (rd.end == rd.first)
 			continue; /* read with the first layer */
 		size_t c = kvl__read_into_slot(w.p, &rd, w.it->hdr, w.it->slot,

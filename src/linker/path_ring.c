@@ -40,7 +40,7 @@ static int ring_flush(kvl_linker *lk, uint32_t layer, lk_gather *gt)
 		lk_req *r = io->reqs[k];
 		const kvl__pool *p = kvl__lk_pool(lk, it->pool);
 		kvl__read rd = kvl__read_plan(p, kvl__pool_layer(p, layer),
-		                              lk->caps.whole_reads);
+		                              kvl__lk_pool_whole(lk, it->pool));
 		const uint8_t *span = rg[io->counts[k] - 1].addr;
 		int err = kvl__read_check(p, &r->pages[it->page], &rd,
 		                          rc ? rc : io->res[k], it->hdr, span, 0,
@@ -90,7 +90,8 @@ static int ring_load_layer(kvl_linker *lk, lk_batch *b, uint32_t layer)
 	lk_walk w;
 	for (kvl__lk_walk_start(&w, lk, b, layer, &kvl__lk_path_ring);
 	     kvl__lk_walk_next(&w);) {
-		kvl__read rd = kvl__read_plan(w.p, w.ly, lk->caps.whole_reads);
+		kvl__read rd = kvl__read_plan(w.p, w.ly,
+		                              kvl__lk_pool_whole(lk, w.it->pool));
 		if (rd.end == rd.first)
 			continue; /* read with the first layer */
 		if (filled + rd.span > g->ring_half || io->m == io->cap) {

@@ -32,6 +32,11 @@
  *                        do (caps.whole_reads), so the linker reads all
  *                        of a page's layers at once; inherited from the
  *                        inner store
+ *   fault.layer_read_min=SIZE  say that a read costs at least SIZE bytes
+ *                        worth (caps.layer_read_min, as Mooncake's ranges
+ *                        do), so the linker reads a pool whose layers are
+ *                        smaller with its first; 0: every read costs its
+ *                        bytes; not given: the inner store's
  *   fault.stats_unknown=0|1  stats report objects and bytes as UINT64_MAX,
  *                        as a remote store that cannot count them does
  * Unknown fault.* options are KVL_EPARSE. The store is never trusted
@@ -92,7 +97,7 @@ static const char *const fault_options[] = {
 	"fault.error",     "fault.corrupt",      "fault.evict",
 	"fault.latency_ms", "fault.latency_p",   "fault.seed",
 	"fault.down",      "fault.fail_get_call", "fault.fail_put_call",
-	"fault.whole_reads", "fault.stats_unknown",
+	"fault.whole_reads", "fault.stats_unknown", "fault.layer_read_min",
 };
 
 #define FAULT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -441,8 +446,8 @@ static void fault_close(void *impl)
 
 /* Reads the fault.* options into cfg and seed. */
 static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
-                              uint64_t *seed, int *whole, int *unknown,
-                              char *errbuf, size_t errlen)
+                              uint64_t *seed, int *whole, uint64_t *lrm,
+                              int *unknown, char *errbuf, size_t errlen)
 {
 	uint64_t latency_ms = 0;
 	int rc;
@@ -466,6 +471,7 @@ static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
 			                     "fault.fail_get_call, "
 			                     "fault.fail_put_call, "
 			                     "fault.whole_reads, "
+			                     "fault.layer_read_min, "
 			                     "fault.stats_unknown)",
 			                     k);
 	}
@@ -488,6 +494,8 @@ static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
 	    (rc = kvl__uri_u64(uri, "fault.fail_put_call", &cfg->fail_put_call,
 	                       errbuf, errlen)) < 0 ||
 	    (rc = kvl__uri_bool(uri, "fault.whole_reads", whole, errbuf,
+	                        errlen)) < 0 ||
+	    (rc = kvl__uri_size(uri, "fault.layer_read_min", lrm, errbuf,
 	                        errlen)) < 0 ||
 	    (rc = kvl__uri_bool(uri, "fault.stats_unknown", unknown, errbuf,
 	                        errlen)) < 0)
@@ -542,6 +550,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	uint64_t seed = 1;
 	kvl_store *inner = NULL;
 	int rc, whole = 0, unknown = 0;
+	uint64_t lrm = UINT64_MAX; /* not given: the inner store's */
 
 	if (strncmp(uri->scheme, FAULT_PREFIX, FAULT_PREFIX_LEN) != 0 ||
 	    uri->scheme[FAULT_PREFIX_LEN] == '\0')
@@ -556,8 +565,8 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 		                     "(its '|' and '?' would mix with fault's "
 		                     "options); wrap its tiers instead, e.g. "
 		                     "\"tier:fault+mem:?fault.error=0.1|mem:\"");
-	rc = fault_read_options(uri, &cfg, &seed, &whole, &unknown, errbuf,
-	                        errlen);
+	rc = fault_read_options(uri, &cfg, &seed, &whole, &lrm, &unknown,
+	                        errbuf, errlen);
 	if (rc < 0)
 		return rc;
 
@@ -592,6 +601,9 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	(void)store;
 	caps->trusted = 0; /* whatever the inner store says */
 	caps->whole_reads = whole || kvl__store_caps_of(inner).whole_reads;
+	caps->layer_read_min = lrm != UINT64_MAX
+	                               ? lrm
+	                               : kvl__store_caps_of(inner).layer_read_min;
 	*impl = f;
 	return 0;
 }

@@ -19,9 +19,14 @@ typedef struct kvl__store_caps {
 	/* Payload checksums need not be verified on reads (the process's own
 	 * memory): objects written to it carry none. */
 	int trusted;
-	/* A read costs the whole object whatever its ranges (Mooncake): the
-	 * linker reads all of a page's layers at once. */
+	/* A read costs the whole object whatever its ranges (Mooncake's C
+	 * API): the linker reads all of a page's layers at once. */
 	int whole_reads;
+	/* A read of fewer bytes than this costs about as much as one of this
+	 * many (its fixed cost: Mooncake's transfer per range), 0 if reads
+	 * cost their bytes: the linker reads a pool whose layers are smaller
+	 * per page with its first layer, as on whole_reads. */
+	uint64_t layer_read_min;
 	/* The store lends its memory: kvl__store_peek/release and
 	 * kvl__store_reserve/commit/abort work. */
 	int in_place;

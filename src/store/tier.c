@@ -285,6 +285,8 @@ static int tier_open(kvl_store *store, kvl__uri *uri, void **impl,
 		kvl__store_caps c = kvl__store_caps_of(t->tier[i]);
 		caps->trusted &= c.trusted != 0;
 		caps->whole_reads |= c.whole_reads != 0;
+		if (c.layer_read_min > caps->layer_read_min)
+			caps->layer_read_min = c.layer_read_min;
 		if (t->tier[i]->note[0] && !store->note[0])
 			snprintf(store->note, sizeof store->note,
 			         "tier %zu: %.400s", i, t->tier[i]->note);

@@ -6,14 +6,16 @@
  *    where it is registered (kvl_store_register; the linker registers its
  *    pools) and through staging otherwise, inside get sessions: a key that
  *    a batch holds (kvl__store_hold) costs no master call, only the
- *    transfer;
+ *    transfer. Small ranges that follow each other in the object move as
+ *    one staged read (MC_SMALL_RANGE);
  *  - put writes each object's pieces to their offsets inside a put
  *    session, straight from registered memory and through staging
  *    otherwise (adjacent staged pieces move as one range); the object
  *    becomes visible when all of them are written, and one whose write
- *    failed is revoked. A key that exists is KVL_PUT_PRESENT. A page's objects of every pool share a Mooncake
- *    group (kvl__page_group), so that reading one leases them all and the
- *    master evicts them together.
+ *    failed is revoked. A key that exists is KVL_PUT_PRESENT. A page's
+ *    objects of every pool share a Mooncake group (kvl__page_group), so
+ *    that reading one leases them all and the master evicts them
+ *    together.
  * A call moves its keys in groups of distinct keys whose staged bytes fit
  * a half of staging; a key whose staged bytes do not is KVL_ERANGE.
  */
@@ -24,107 +26,183 @@
 #include "core/layout.h"
 #include "store/mooncake/mooncake.h"
 
+/* A run of a key's get ranges that follow each other in the object and
+ * are each smaller than this moves as one staged read, copied out:
+ * each range costs Mooncake's transfer a fixed cost (tens of µs over TCP,
+ * docs/benchmarks.md), which a run pays once. */
+#define MC_SMALL_RANGE (64u << 10)
+
+/* A staged get range's way out, once its key was read. */
+typedef struct copy_out {
+	void *to;
+	const void *from;
+	size_t len;
+} copy_out;
+
 /* The arrays of one shim call: key k's ranges follow key k-1's. */
 typedef struct moves {
 	const char *keys[MC_GROUP];
 	size_t counts[MC_GROUP], idx[MC_GROUP];
-	size_t n, at;   /* keys, ranges */
-	size_t used;    /* staged bytes */
-	void **bufs;    /* the shim's end: registered memory */
-	void **dst;     /* the caller's end where staged, else NULL */
+	size_t copies_end[MC_GROUP];  /* gets: key k's copies end there */
+	uint64_t direct[MC_GROUP];    /* gets: key k's bytes read in place */
+	size_t n, at, n_copies; /* keys, ranges, copies */
+	size_t used;            /* staged bytes */
+	void **bufs;            /* the shim's end: registered memory */
+	uint8_t *staged;        /* puts: the range is in staging */
 	size_t *lens;
 	uint64_t *offs;
+	copy_out *copies;
 } moves;
+
+static void moves_free(moves *mv)
+{
+	free(mv->bufs);
+	free(mv->staged);
+	free(mv->lens);
+	free(mv->offs);
+	free(mv->copies);
+}
 
 static int moves_alloc(moves *mv, size_t ranges)
 {
 	size_t r = ranges ? ranges : 1;
-	mv->bufs = malloc(r * (2 * sizeof(void *) + sizeof(size_t) +
-	                       sizeof(uint64_t)));
-	mv->dst = mv->bufs + r;
-	mv->lens = (size_t *)(mv->dst + r);
-	mv->offs = (uint64_t *)(mv->lens + r);
-	return mv->bufs ? 0 : KVL_ENOMEM;
+	mv->bufs = malloc(r * sizeof *mv->bufs);
+	mv->staged = malloc(r);
+	mv->lens = malloc(r * sizeof *mv->lens);
+	mv->offs = malloc(r * sizeof *mv->offs);
+	mv->copies = malloc(r * sizeof *mv->copies);
+	if (mv->bufs && mv->staged && mv->lens && mv->offs && mv->copies)
+		return 0;
+	moves_free(mv);
+	return KVL_ENOMEM;
 }
 
 static void moves_reset(moves *mv)
 {
-	mv->n = mv->at = mv->used = 0;
+	mv->n = mv->at = mv->used = mv->n_copies = 0;
 }
 
-/* Where an empty range's probe lands: not the caller's (see moves_add). */
-static uint8_t discard;
-
-/* The staged bytes of one key's items, each rounded up as staged. */
-static uint64_t staged_need(struct mstore *m, const void *items,
-                            size_t n_items, int is_put)
+/* Adds a range to the current key: `buf` registered memory, `off` its
+ * place in the object. */
+static void moves_range(moves *mv, void *buf, size_t len, uint64_t off,
+                        int staged)
 {
-	uint64_t need = 0;
-	for (size_t j = 0; j < n_items; j++) {
-		const void *a;
-		size_t len;
-		uint64_t off = 0;
-		if (is_put) {
-			a = ((const kvl_iov *)items)[j].addr;
-			len = ((const kvl_iov *)items)[j].len;
-		} else {
-			a = ((const kvl_range *)items)[j].addr;
-			len = ((const kvl_range *)items)[j].len;
-			off = ((const kvl_range *)items)[j].offset;
-		}
-		if (len ? !kvl__mc_registered(m, a, len) : !is_put && off)
-			need += kvl__round64(len ? len : 1);
-	}
-	return need;
-}
-
-/* Adds one range of the current key: `p` its memory, `off` its place in
- * the object. A staged one takes staging at base + used; a put's staged
- * range right after the previous one of its key joins it. */
-static void moves_add(moves *mv, struct mstore *m, uint8_t *base, void *p,
-                      size_t len, uint64_t off, int is_put)
-{
-	if (len == 0 && (is_put || off == 0))
-		return; /* nothing to move, nothing beyond the object */
-	if (len == 0) {
-		/* An empty range at off is within the object when byte
-		 * off - 1 is: read that one byte into staging, and drop it. */
-		mv->bufs[mv->at] = base + mv->used;
-		mv->dst[mv->at] = &discard;
-		mv->used += kvl__round64(1);
-		mv->lens[mv->at] = 1;
-		mv->offs[mv->at++] = off - 1;
-		mv->counts[mv->n]++;
-		return;
-	}
-	if (kvl__mc_registered(m, p, len)) {
-		mv->bufs[mv->at] = p;
-		mv->dst[mv->at] = NULL;
-	} else {
-		uint8_t *s = base + mv->used;
-		if (is_put)
-			memcpy(s, p, len);
-		size_t k = mv->at - 1;
-		if (is_put && mv->counts[mv->n] && mv->dst[k] &&
-		    (uint8_t *)mv->bufs[k] + mv->lens[k] == s &&
-		    mv->offs[k] + mv->lens[k] == off) {
-			mv->lens[k] += len;
-			mv->used += len; /* the join keeps staging contiguous */
-			return;
-		}
-		mv->bufs[mv->at] = s;
-		mv->dst[mv->at] = p;
-		mv->used += is_put ? len : kvl__round64(len);
-	}
+	mv->bufs[mv->at] = buf;
+	mv->staged[mv->at] = (uint8_t)staged;
 	mv->lens[mv->at] = len;
 	mv->offs[mv->at++] = off;
 	mv->counts[mv->n]++;
 }
 
-static void moves_key(moves *mv, const char *key, size_t i)
+/* Starts key i: its ranges follow. */
+static void moves_begin(moves *mv, const char *key)
 {
 	mv->keys[mv->n] = key;
+	mv->counts[mv->n] = 0;
+	mv->direct[mv->n] = 0;
+}
+
+static void moves_end(moves *mv, size_t i)
+{
+	mv->copies_end[mv->n] = mv->n_copies;
 	mv->idx[mv->n++] = i;
+}
+
+/* Plans a get of ranges r[0..c) of one key: returns the bytes of staging
+ * it takes, and adds its ranges and copies to mv when mv is not NULL (the
+ * staging from base + mv->used). */
+static uint64_t get_plan(struct mstore *m, const kvl_range *r, size_t c,
+                         moves *mv, uint8_t *base)
+{
+	uint64_t staged = 0;
+	for (size_t j = 0; j < c;) {
+		/* The run from j: small ranges that follow each other. */
+		size_t e = j + 1;
+		uint64_t end = r[j].offset + r[j].len;
+		while (r[j].len < MC_SMALL_RANGE && e < c &&
+		       r[e].offset == end && r[e].len < MC_SMALL_RANGE)
+			end += r[e++].len;
+		uint64_t span = end - r[j].offset;
+		if (e - j > 1 && span) {
+			if (mv) {
+				uint8_t *s = base + mv->used + staged;
+				moves_range(mv, s, (size_t)span, r[j].offset, 1);
+				for (size_t k = j; k < e; k++)
+					if (r[k].len)
+						mv->copies[mv->n_copies++] = (copy_out){
+							r[k].addr,
+							s + (r[k].offset - r[j].offset),
+							r[k].len};
+			}
+			staged += kvl__round64((size_t)span);
+			j = e;
+			continue;
+		}
+		for (; j < e; j++) {
+			if (r[j].len == 0 && r[j].offset == 0)
+				continue; /* nothing to move, nothing beyond */
+			uint8_t *s = mv ? base + mv->used + staged : NULL;
+			if (r[j].len == 0) {
+				/* Within the object when byte offset - 1 is:
+				 * that one byte is read, and dropped. */
+				if (mv)
+					moves_range(mv, s, 1, r[j].offset - 1, 1);
+				staged += kvl__round64(1);
+			} else if (kvl__mc_registered(m, r[j].addr, r[j].len)) {
+				if (mv) {
+					moves_range(mv, r[j].addr, r[j].len,
+					            r[j].offset, 0);
+					mv->direct[mv->n] += r[j].len;
+				}
+			} else {
+				if (mv) {
+					moves_range(mv, s, r[j].len, r[j].offset,
+					            1);
+					mv->copies[mv->n_copies++] =
+						(copy_out){r[j].addr, s, r[j].len};
+				}
+				staged += kvl__round64(r[j].len);
+			}
+		}
+	}
+	if (mv)
+		mv->used += staged;
+	return staged;
+}
+
+/* Adds piece p of `len` bytes at `off` of the current key's object: in
+ * place from registered memory, else copied into staging, where it joins
+ * the key's previous staged range when it follows it. */
+static void put_add(moves *mv, struct mstore *m, uint8_t *base,
+                    const void *p, size_t len, uint64_t off)
+{
+	if (len == 0)
+		return;
+	if (kvl__mc_registered(m, p, len)) {
+		moves_range(mv, (void *)p, len, off, 0);
+		return;
+	}
+	uint8_t *s = base + mv->used;
+	memcpy(s, p, len);
+	mv->used += len; /* staging stays contiguous for the joins */
+	size_t k = mv->at - 1;
+	if (mv->counts[mv->n] && mv->staged[k] &&
+	    (uint8_t *)mv->bufs[k] + mv->lens[k] == s &&
+	    mv->offs[k] + mv->lens[k] == off) {
+		mv->lens[k] += len;
+		return;
+	}
+	moves_range(mv, s, len, off, 1);
+}
+
+/* The staged bytes of one key's put pieces. */
+static uint64_t put_need(struct mstore *m, const kvl_iov *pc, size_t c)
+{
+	uint64_t need = 0;
+	for (size_t j = 0; j < c; j++)
+		if (pc[j].len && !kvl__mc_registered(m, pc[j].addr, pc[j].len))
+			need += pc[j].len;
+	return need;
 }
 
 /* ------------------------------------------------------------------- get */
@@ -151,18 +229,19 @@ static int get_moves(kvl_store *store, struct mstore *m, moves *mv,
 	                       mv->bufs, mv->lens, mv->offs, got) != 0)
 		return kvl__fail(&store->err, KVL_EIO,
 		                 "mooncake: get: the shim's call failed");
-	size_t a = 0;
-	for (size_t k = 0; k < mv->n; a += mv->counts[k++]) {
+	size_t c = 0;
+	for (size_t k = 0; k < mv->n; c = mv->copies_end[k++]) {
 		results[mv->idx[k]] = get_result(store, mv->keys[k], got[k]);
-		for (size_t j = a; got[k] >= 0 && j < a + mv->counts[k]; j++) {
-			if (mv->dst[j] == &discard)
-				continue;
-			if (mv->dst[j])
-				memcpy(mv->dst[j], mv->bufs[j], mv->lens[j]);
-			atomic_fetch_add(mv->dst[j] ? &m->staged_bytes
-			                            : &m->direct_bytes,
-			                 mv->lens[j]);
+		if (got[k] < 0)
+			continue;
+		uint64_t staged = 0;
+		for (size_t j = c; j < mv->copies_end[k]; j++) {
+			memcpy(mv->copies[j].to, mv->copies[j].from,
+			       mv->copies[j].len);
+			staged += mv->copies[j].len;
 		}
+		atomic_fetch_add(&m->staged_bytes, staged);
+		atomic_fetch_add(&m->direct_bytes, mv->direct[k]);
 	}
 	return 0;
 }
@@ -188,7 +267,7 @@ int kvl__mc_get_ranges(kvl_store *store, struct mstore *m,
 		kvl__mc_keyset_clear(&ks);
 		for (; i < b->n && mv.n < MC_GROUP; r += b->counts[i], i++) {
 			size_t c = b->counts[i];
-			uint64_t need = staged_need(m, r, c, 0);
+			uint64_t need = get_plan(m, r, c, NULL, NULL);
 			if (need > m->half) {
 				b->results[i] = kvl__fail(
 					&store->err, KVL_ERANGE,
@@ -201,14 +280,11 @@ int kvl__mc_get_ranges(kvl_store *store, struct mstore *m,
 			}
 			if (mv.used + need > m->half)
 				break;
-			mv.keys[mv.n] = b->keys[i];
+			moves_begin(&mv, b->keys[i]);
 			if (kvl__mc_keyset_add(&ks, mv.keys, mv.n) >= 0)
 				break; /* a repeat goes in the next call */
-			mv.counts[mv.n] = 0;
-			for (size_t j = 0; j < c; j++)
-				moves_add(&mv, m, base, r[j].addr, r[j].len,
-				          r[j].offset, 0);
-			moves_key(&mv, b->keys[i], i);
+			get_plan(m, r, c, &mv, base);
+			moves_end(&mv, i);
 		}
 		if (mv.n)
 			rc = get_moves(store, m, &mv, b->results);
@@ -216,7 +292,7 @@ int kvl__mc_get_ranges(kvl_store *store, struct mstore *m,
 	if (!rc)
 		kvl__mc_count_gets(m, b->results, b->n);
 	kvl__mc_half_give(m, h);
-	free(mv.bufs);
+	moves_free(&mv);
 	return rc;
 }
 
@@ -261,8 +337,10 @@ int kvl__mc_put_ranges(kvl_store *store, struct mstore *m,
 	const char *gp[MC_GROUP];
 	char *groups = m->groups ? malloc((size_t)MC_GROUP * KVL_KEY_MAX)
 	                         : NULL;
-	if (moves_alloc(&mv, total) || (m->groups && !groups)) {
-		free(mv.bufs);
+	if (!groups && m->groups)
+		return kvl__fail(&store->err, KVL_ENOMEM,
+		                 "mooncake: put: out of memory");
+	if (moves_alloc(&mv, total)) {
 		free(groups);
 		return kvl__fail(&store->err, KVL_ENOMEM,
 		                 "mooncake: put: out of memory");
@@ -290,7 +368,7 @@ int kvl__mc_put_ranges(kvl_store *store, struct mstore *m,
 					b->keys[i]);
 				continue;
 			}
-			uint64_t need = staged_need(m, pc, c, 1);
+			uint64_t need = put_need(m, pc, c);
 			if (need > m->half) {
 				b->results[i] = kvl__fail(
 					&store->err, KVL_ERANGE,
@@ -303,7 +381,7 @@ int kvl__mc_put_ranges(kvl_store *store, struct mstore *m,
 			}
 			if (mv.used + need > m->half)
 				break;
-			mv.keys[mv.n] = b->keys[i];
+			moves_begin(&mv, b->keys[i]);
 			int first = kvl__mc_keyset_add(&ks, mv.keys, mv.n);
 			if (first >= 0) {
 				/* A repeat is resolved after its first. */
@@ -320,12 +398,10 @@ int kvl__mc_put_ranges(kvl_store *store, struct mstore *m,
 			if (g && !kvl__page_group(b->keys[i], g))
 				g[0] = '\0'; /* not a page's object: no group */
 			sizes[mv.n] = len;
-			mv.counts[mv.n] = 0;
 			uint64_t off = 0;
 			for (size_t j = 0; j < c; off += pc[j++].len)
-				moves_add(&mv, m, base, (void *)pc[j].addr,
-				          pc[j].len, off, 1);
-			moves_key(&mv, b->keys[i], i);
+				put_add(&mv, m, base, pc[j].addr, pc[j].len, off);
+			moves_end(&mv, i);
 		}
 		if (mv.n)
 			rc = put_moves(store, m, &mv, sizes,
@@ -339,7 +415,7 @@ int kvl__mc_put_ranges(kvl_store *store, struct mstore *m,
 		if (b->results[k] < 0)
 			atomic_fetch_add(&m->errors, 1);
 	kvl__mc_half_give(m, h);
-	free(mv.bufs);
+	moves_free(&mv);
 	free(groups);
 	return rc;
 }
