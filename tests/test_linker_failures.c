@@ -157,6 +157,19 @@ static uint8_t *object_of(kvl_store *s, const host *h, int pool,
 	return buf;
 }
 
+/* Whether the linker reads pool `pool` of h with its first layer on store
+ * s: on whole reads, and where its layers are smaller per page than a
+ * read is worth (caps.layer_read_min: Mooncake's ranges). */
+static int reads_with_first(kvl_store *s, const host *h, int pool)
+{
+	kvl__store_caps c = kvl__store_caps_of(s);
+	size_t off, len = 0;
+	for (uint32_t ly = 0; ly < N_LAYERS; ly++)
+		if (kvl_layout_layer_range(h->l, pool, ly, &off, &len) == KVL_OK)
+			break;
+	return c.whole_reads || len < c.layer_read_min;
+}
+
 static void run_corrupt(const char *uri)
 {
 	hcfg cfg = {.swa = 1};
@@ -241,9 +254,9 @@ static void run_corrupt(const char *uri)
 	memset(dst.mem, FILL, dst.mem_bytes);
 	c = load_sync(ld, 5, &f, waits);
 	if (!kvl__store_caps_of(s).trusted) {
-		/* A store that reads whole objects has every layer read,
-		 * and checked, with the first. */
-		int at = kvl__store_caps_of(s).whole_reads ? 0 : 2;
+		/* A store that reads a pool whole has every layer read, and
+		 * checked, with the first. */
+		int at = reads_with_first(s, &dst, dst.kv) ? 0 : 2;
 		for (int ly = 0; ly < N_LAYERS; ly++)
 			assert_int_equal(waits[ly],
 			                 ly < at ? KVL_OK : KVL_ECORRUPT);
@@ -375,6 +388,64 @@ static void test_load_whole_reads(void **state)
 }
 
 /* Store errors: the 3rd get call of a batch (layer 2) fails whole. */
+
+/* A store whose reads cost at least some bytes (caps.layer_read_min, as
+ * Mooncake's ranges): pools whose layers are smaller per page read every
+ * layer with their first, one get per pool and batch, as on whole reads;
+ * with a threshold below every layer, one get per layer. */
+static void test_load_small_layers(void **state)
+{
+	(void)state;
+	NEED_FAULT_STORE();
+	kvl_store *probe = open_ok(store_uri("fault+", NULL));
+	int whole = kvl__store_caps_of(probe).whole_reads;
+	kvl_store_close(probe);
+	if (whole) {
+		printf("SKIP test_load_small_layers: the store reads whole "
+		       "objects (test_load_whole_reads covers it)\n");
+		skip();
+	}
+	hcfg cfg = {.swa = 1};
+	host src, dst;
+	host_init(&src, &cfg);
+	host_init(&dst, &cfg);
+	const char *opts[2] = {"fault.layer_read_min=1GiB",
+	                       "fault.layer_read_min=1"};
+	for (int t = 0; t < 2; t++) {
+		kvl_store *s = open_ok(store_uri("fault+", opts[t]));
+		kvl_linker *ls = open_lk(&src, s, NULL);
+		kvl_linker *ld = open_lk(&dst, s, NULL);
+		kvl_hash pg[5];
+		make_pages(pg, 5, 40 + t);
+		req r;
+		req_init(&r, pg, 5);
+		req_pool(&r, src.kv, 0, 0);
+		fill_req(&src, &r);
+		expect_completion((kvl_completion[]){offload_sync(ls, 1, &r)},
+		                  KVL_REQ_OFFLOAD, 0, 5, 5);
+		req d;
+		req_init(&d, pg, 5);
+		req_pool(&d, dst.kv, 0, 0);
+		int waits[N_LAYERS];
+		uint64_t gets = fault_gets(s);
+		kvl_completion c = load_sync(ld, 2, &d, waits);
+		uint64_t calls = fault_gets(s) - gets;
+		printf("layer_read_min %s: %llu gets\n", opts[t] + 21,
+		       (unsigned long long)calls);
+		if (t == 0)
+			assert_int_equal(calls, 1);
+		else
+			assert_true(calls > 1);
+		expect_completion(&c, KVL_REQ_LOAD, 0, 5, 5);
+		check_req(&dst, &d, 5, N_LAYERS);
+		kvl_linker_close(ls);
+		kvl_linker_close(ld);
+		kvl_store_close(s);
+	}
+	host_free(&src);
+	host_free(&dst);
+}
+
 static void test_load_store_error(void **state)
 {
 	(void)state;
@@ -383,8 +454,10 @@ static void test_load_store_error(void **state)
 	host src, dst;
 	host_init(&src, &cfg);
 	host_init(&dst, &cfg);
-	kvl_store *s =
-		open_ok(store_uri("fault+", "fault.fail_get_call=3"));
+	/* One get per layer even where layers this small would go with the
+	 * first (fault.layer_read_min=0: Mooncake's ranges). */
+	kvl_store *s = open_ok(store_uri(
+		"fault+", "fault.fail_get_call=3&fault.layer_read_min=0"));
 	if (kvl__store_caps_of(s).whole_reads) {
 		printf("[  SKIP    ] one get per layer: this store reads whole "
 		       "objects (test_load_whole_reads covers it)\n");
@@ -754,6 +827,7 @@ int main(void)
 		cmocka_unit_test_setup(test_load_corrupt, next_test),
 		cmocka_unit_test_setup(test_load_store_error, next_test),
 		cmocka_unit_test_setup(test_load_whole_reads, next_test),
+		cmocka_unit_test_setup(test_load_small_layers, next_test),
 		cmocka_unit_test_setup(test_slow_store, next_test),
 		cmocka_unit_test_setup(test_failed_wait_lands_the_layer,
 		                       next_test),
