@@ -46,6 +46,11 @@ class SharedHandle(Closable):
     def __init__(self, null: Any):
         self._h = null
         self._users: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        # Users whose C handles are open, counted apart from the weak set:
+        # a user collected in a cycle leaves the set before its finalizer
+        # frees its handle, which may still touch this object (a linker's
+        # close forgets the memory it registered with its store).
+        self._open = 0
         self._guard = CallGuard(self._what)
 
     def _free(self) -> None:
@@ -65,7 +70,8 @@ class SharedHandle(Closable):
             return
 
         def check():
-            busy = sum(1 for u in self._users if not u.closed)
+            busy = max(self._open,
+                       sum(1 for u in self._users if not u.closed))
             if busy:
                 raise StateError(_lib.KVL_ESTATE,
                                  f"{self._what} is used by {busy} open "
@@ -91,6 +97,13 @@ def opening_over(user: Any, used: Sequence[SharedHandle]) -> Iterator[None]:
         yield
         for obj in used:
             obj._users.add(user)
+            obj._open += 1
     finally:
         for obj in entered:
             obj._guard.leave()
+
+
+def released(used: Sequence[SharedHandle]) -> None:
+    """The user that opened over `used` (opening_over) freed its handle."""
+    for obj in used:
+        obj._open -= 1

@@ -43,7 +43,7 @@ from . import _lib
 from ._args import CallGuard, c_int, guarded
 from ._buffers import event_handle, stream_handle
 from ._lib import kvl_completion, kvl_linker_opts, lib
-from ._shared import Closable, SharedHandle, opening_over
+from ._shared import Closable, SharedHandle, opening_over, released
 from .errors import InvalidArgument, KvlinkError, StateError, check, \
     make_error
 from .hashes import HashesLike, hash_array
@@ -235,6 +235,7 @@ class Linker(Closable):
         err = ctypes.create_string_buffer(512)
         used = [layout, store] + ([allreduce] if isinstance(
             allreduce, RankGroup) else [])
+        self._used = used
         with opening_over(self, used):
             rc = lib.kvl_linker_open(store._handle, layout._handle,
                                      ctypes.byref(opts),
@@ -699,6 +700,7 @@ class Linker(Closable):
             if self._h:
                 lib.kvl_linker_close(self._h)
                 self._h = _lib.LinkerP()
+                released(self._used)
 
         guard.close(free, check)
 

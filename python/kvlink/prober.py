@@ -26,7 +26,7 @@ from typing import FrozenSet, Sequence
 from . import _lib
 from ._args import CallGuard, guarded
 from ._lib import lib
-from ._shared import Closable, opening_over
+from ._shared import Closable, opening_over, released
 from .errors import StateError, check
 from .hashes import HashesLike, hash_array
 from .layout import Layout
@@ -114,6 +114,7 @@ class Prober(Closable):
             if self._h:
                 lib.kvl_prober_close(self._h)
                 self._h = _lib.ProberP()
+                released([self._store, *self._stages])
 
         guard.close(free)
 
