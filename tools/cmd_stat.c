@@ -56,6 +56,22 @@ int kvl_cli_stats_format(const char *s, kvl_stats_format *out)
 	return 0;
 }
 
+/* A mooncake:// store's way of moving bytes, from its stats' "mooncake"
+ * member: byte ranges through kvlink's shim, or whole objects. */
+static void mooncake_way(kvl_store *st)
+{
+	int rc;
+	char *json = kvl_cli_render_stats(NULL, st, KVL_STATS_JSON, &rc);
+	const char *at = json ? strstr(json, "\"mooncake\":{\"api\":\"") : NULL;
+	if (at) {
+		int ranges = strncmp(at + 19, "ranges", 6) == 0;
+		printf("  api       %s\n",
+		       ranges ? "byte ranges (kvlink's shim)"
+		              : "whole objects (Mooncake's C API)");
+	}
+	free(json);
+}
+
 int kvl_cmd_stat(int argc, char **argv)
 {
 	const char *uri = kvl_cli_default_store("mem:");
@@ -149,6 +165,7 @@ int kvl_cmd_stat(int argc, char **argv)
 				       (unsigned long long)tr[i].spills_lost,
 				       (unsigned long long)tr[i].failures);
 			}
+			mooncake_way(st);
 			/* No call failed: the message is the open's note. */
 			if (kvl_store_errmsg(st)[0])
 				printf("  note      %s\n", kvl_store_errmsg(st));
