@@ -205,6 +205,26 @@ static uint64_t put_need(struct mstore *m, const kvl_iov *pc, size_t c)
 	return need;
 }
 
+/* KVL_ERANGE for a key whose staged bytes do not fit half of staging. */
+static int too_big(kvl_store *store, const struct mstore *m, const char *op,
+                   const char *key, uint64_t need)
+{
+	return kvl__fail(&store->err, KVL_ERANGE,
+	                 "mooncake: %s %s: %llu bytes do not fit half of "
+	                 "staging (%zu); raise staging=, or register the "
+	                 "memory",
+	                 op, key, (unsigned long long)need, m->half);
+}
+
+/* Every key's items of a call. */
+static size_t items_of(const kvl__batch *b)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < b->n; i++)
+		total += b->counts[i];
+	return total;
+}
+
 /* ------------------------------------------------------------------- get */
 
 static int get_result(kvl_store *store, const char *key, int64_t got)
@@ -249,11 +269,8 @@ static int get_moves(kvl_store *store, struct mstore *m, moves *mv,
 int kvl__mc_get_ranges(kvl_store *store, struct mstore *m,
                        const kvl__batch *b)
 {
-	size_t total = 0;
-	for (size_t i = 0; i < b->n; i++)
-		total += b->counts[i];
 	moves mv;
-	if (moves_alloc(&mv, total))
+	if (moves_alloc(&mv, items_of(b)))
 		return kvl__fail(&store->err, KVL_ENOMEM,
 		                 "mooncake: get: out of memory");
 	unsigned h = kvl__mc_half_take(m);
@@ -269,13 +286,8 @@ int kvl__mc_get_ranges(kvl_store *store, struct mstore *m,
 			size_t c = b->counts[i];
 			uint64_t need = get_plan(m, r, c, NULL, NULL);
 			if (need > m->half) {
-				b->results[i] = kvl__fail(
-					&store->err, KVL_ERANGE,
-					"mooncake: get %s: %llu bytes do not "
-					"fit half of staging (%zu); raise "
-					"staging=, or register the memory",
-					b->keys[i], (unsigned long long)need,
-					m->half);
+				b->results[i] = too_big(store, m, "get",
+				                        b->keys[i], need);
 				continue;
 			}
 			if (mv.used + need > m->half)
@@ -329,9 +341,6 @@ static int put_moves(kvl_store *store, struct mstore *m, moves *mv,
 int kvl__mc_put_ranges(kvl_store *store, struct mstore *m,
                        const kvl__batch *b)
 {
-	size_t total = 0;
-	for (size_t i = 0; i < b->n; i++)
-		total += b->counts[i];
 	moves mv;
 	uint64_t sizes[MC_GROUP];
 	const char *gp[MC_GROUP];
@@ -340,7 +349,7 @@ int kvl__mc_put_ranges(kvl_store *store, struct mstore *m,
 	if (!groups && m->groups)
 		return kvl__fail(&store->err, KVL_ENOMEM,
 		                 "mooncake: put: out of memory");
-	if (moves_alloc(&mv, total)) {
+	if (moves_alloc(&mv, items_of(b))) {
 		free(groups);
 		return kvl__fail(&store->err, KVL_ENOMEM,
 		                 "mooncake: put: out of memory");
@@ -370,13 +379,8 @@ int kvl__mc_put_ranges(kvl_store *store, struct mstore *m,
 			}
 			uint64_t need = put_need(m, pc, c);
 			if (need > m->half) {
-				b->results[i] = kvl__fail(
-					&store->err, KVL_ERANGE,
-					"mooncake: put %s: %llu bytes do not "
-					"fit half of staging (%zu); raise "
-					"staging=, or register the memory",
-					b->keys[i], (unsigned long long)need,
-					m->half);
+				b->results[i] = too_big(store, m, "put",
+				                        b->keys[i], need);
 				continue;
 			}
 			if (mv.used + need > m->half)
