@@ -28,21 +28,30 @@ static int region_cmp(const void *a, const void *b)
 
 static kvl__log_limit refused_limit;
 
-void kvl__lk_register(kvl_linker *lk, void *addr, size_t len)
+/* Registers `len` bytes at addr with the store and remembers them, to
+ * forget at close; a refusal is logged: those bytes then move through the
+ * store's staging. */
+static void announce(kvl_linker *lk, void *addr, size_t len,
+                     kvl_mem_kind mem, const char *what)
 {
 	void **grown = realloc(lk->registered,
 	                       (lk->n_registered + 1) * sizeof *grown);
 	if (!grown)
-		return; /* registration is an optimisation */
+		return; /* registering only saves copies */
 	lk->registered = grown;
-	if (kvl_store_register(lk->store, addr, len, KVL_MEM_HOST) != 0) {
+	if (kvl_store_register(lk->store, addr, len, mem) != 0) {
 		kvl__log(&refused_limit, KVL_LOG_WARNING, "linker",
-		         "the store did not register %zu bytes at %p (%s); "
+		         "the store did not register %s %zu bytes at %p (%s); "
 		         "they move through staging",
-		         len, addr, kvl_store_errmsg(lk->store));
+		         what, len, addr, kvl_store_errmsg(lk->store));
 		return;
 	}
 	lk->registered[lk->n_registered++] = addr;
+}
+
+void kvl__lk_register(kvl_linker *lk, void *addr, size_t len)
+{
+	announce(lk, addr, len, KVL_MEM_HOST, "the linker's pinned");
 }
 
 void kvl__lk_register_pools(kvl_linker *lk)
@@ -52,15 +61,8 @@ void kvl__lk_register_pools(kvl_linker *lk)
 	for (size_t i = 0; i < l->n_pools; i++)
 		n += l->pools[i].n_bufs;
 	region *r = calloc(n ? n : 1, sizeof *r);
-	void **grown = realloc(lk->registered,
-	                       (lk->n_registered + n) * sizeof *grown);
-	if (!r || !grown) {
-		free(r);
-		if (grown)
-			lk->registered = grown;
+	if (!r)
 		return;
-	}
-	lk->registered = grown;
 	n = 0;
 	for (size_t i = 0; i < l->n_pools; i++)
 		for (size_t k = 0; k < l->pools[i].n_bufs; k++) {
@@ -82,16 +84,7 @@ void kvl__lk_register_pools(kvl_linker *lk)
 				u.hi = r[i].hi;
 			i++;
 		}
-		void *at = (void *)u.lo;
-		if (kvl_store_register(lk->store, at, u.hi - u.lo, u.mem) != 0) {
-			kvl__log(&refused_limit, KVL_LOG_WARNING, "linker",
-			         "the store did not register a pool's %zu bytes "
-			         "at %p (%s); they move through staging",
-			         (size_t)(u.hi - u.lo), at,
-			         kvl_store_errmsg(lk->store));
-			continue;
-		}
-		lk->registered[lk->n_registered++] = at;
+		announce(lk, (void *)u.lo, u.hi - u.lo, u.mem, "a pool's");
 	}
 	free(r);
 }
