@@ -95,19 +95,22 @@ void hold_for_read(void *client, const std::vector<std::string> &keys,
 		results[at[j]] = r[j];
 }
 
+// Lets go of one hold of each key, and ends the sessions no hold is left
+// on. The end runs under the counts' lock (it makes no master call), so a
+// hold counted after it starts a session of its own. A session that a
+// start racing with an end loses anyway (RealClient drops it) reads as
+// INVALID_PARAMS, which kvl_mc_get_ranges renews and reads again.
 void release_keys(void *client, const std::vector<std::string> &keys)
 {
 	std::vector<std::string> ended;
-	{
-		std::lock_guard<std::mutex> g(holds_mu);
-		auto &h = holds[client];
-		for (const auto &k : keys) {
-			auto it = h.find(k);
-			if (it == h.end() || --it->second > 0)
-				continue;
-			h.erase(it);
-			ended.push_back(k);
-		}
+	std::lock_guard<std::mutex> g(holds_mu);
+	auto &h = holds[client];
+	for (const auto &k : keys) {
+		auto it = h.find(k);
+		if (it == h.end() || --it->second > 0)
+			continue;
+		h.erase(it);
+		ended.push_back(k);
 	}
 	if (!ended.empty())
 		real(client)->batch_get_session_end(ended);
