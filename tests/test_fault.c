@@ -814,6 +814,80 @@ static void test_holds(void **state)
 	kvl_store_close(s);
 }
 
+/* fault.holds=1: the store counts holds itself (present keys 1, absent
+ * 0), fails them while down, lets them go one at a time (a key not held is
+ * KVL_ENOTFOUND), even while down; registrations are counted until
+ * forgotten. */
+static void test_holds_self(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("fault+mem:?fault.holds=1");
+	uint8_t v[64];
+	fill_pattern(v, sizeof v, 3);
+	ASSERT_CODE(put1_rc(s, "here", v, sizeof v), KVL_PUT_STORED);
+	const char *keys[3] = {"here", "gone", "here"};
+	int res[3] = {99, 99, 99};
+	ASSERT_CODE(kvl__store_hold(s, keys, 3, res), KVL_OK);
+	ASSERT_CODE(res[0], 1);
+	ASSERT_CODE(res[1], 0);
+	ASSERT_CODE(res[2], 1);
+	uint32_t now = 99;
+	uint64_t taken = 99;
+	ASSERT_CODE(kvl__fault_holds(s, "here", &now, &taken), KVL_OK);
+	ASSERT_U64(now, 2);
+	ASSERT_U64(taken, 2);
+	ASSERT_CODE(kvl__fault_holds(s, "gone", &now, NULL), KVL_OK);
+	ASSERT_U64(now, 0);
+
+	fault_down(s, 1);
+	res[0] = 99;
+	ASSERT_CODE(kvl__store_hold(s, keys, 1, res), KVL_EIO);
+	ASSERT_CODE(res[0], KVL_EIO);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "store is down");
+	res[0] = res[1] = 99;
+	const char *both[2] = {"here", "gone"};
+	ASSERT_CODE(kvl__store_unhold(s, both, 2, res), KVL_OK);
+	ASSERT_CODE(res[0], 0);
+	ASSERT_CODE(res[1], KVL_ENOTFOUND);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "\"gone\" is not held");
+	fault_down(s, 0);
+	ASSERT_CODE(kvl__fault_holds(s, "here", &now, &taken), KVL_OK);
+	ASSERT_U64(now, 1);
+	ASSERT_U64(taken, 2);
+	ASSERT_CODE(kvl__store_unhold(s, keys, 1, res), KVL_OK);
+	ASSERT_CODE(res[0], 0);
+	ASSERT_CODE(kvl__store_unhold(s, keys, 1, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_ENOTFOUND);
+	ASSERT_CODE(kvl__fault_holds(s, "here", &now, NULL), KVL_OK);
+	ASSERT_U64(now, 0);
+	ASSERT_CODE(kvl__fault_holds(s, NULL, &now, NULL), KVL_EINVAL);
+
+	/* Registrations: counted while they last, never below 0. */
+	uint64_t live = 99;
+	ASSERT_CODE(kvl__fault_regs(s, &live), KVL_OK);
+	ASSERT_U64(live, 0);
+	ASSERT_CODE(kvl_store_register(s, v, sizeof v, KVL_MEM_HOST), KVL_OK);
+	ASSERT_CODE(kvl__fault_regs(s, &live), KVL_OK);
+	ASSERT_U64(live, 1);
+	kvl__store_unregister(s, v);
+	kvl__store_unregister(s, v);
+	ASSERT_CODE(kvl__fault_regs(s, &live), KVL_OK);
+	ASSERT_U64(live, 0);
+	ASSERT_CODE(kvl__fault_regs(s, NULL), KVL_EINVAL);
+	kvl_store_close(s);
+
+	/* Without the option, holds go to the inner store (mem: holds
+	 * nothing) and nothing is counted. */
+	s = open_ok("fault+mem:");
+	ASSERT_CODE(put1_rc(s, "here", v, sizeof v), KVL_PUT_STORED);
+	ASSERT_CODE(kvl__store_hold(s, keys, 1, res), KVL_OK);
+	ASSERT_CODE(res[0], 0);
+	ASSERT_CODE(kvl__fault_holds(s, "here", &now, &taken), KVL_OK);
+	ASSERT_U64(now, 0);
+	ASSERT_U64(taken, 0);
+	kvl_store_close(s);
+}
+
 static void test_fail_call(void **state)
 {
 	(void)state;
@@ -1190,6 +1264,7 @@ int main(void)
 		cmocka_unit_test(test_down),
 		cmocka_unit_test(test_breaker),
 		cmocka_unit_test(test_holds),
+		cmocka_unit_test(test_holds_self),
 		cmocka_unit_test(test_fail_call),
 		cmocka_unit_test(test_latency),
 		cmocka_unit_test(test_set_runtime),

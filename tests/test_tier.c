@@ -30,6 +30,7 @@
 #include "support/tmpdir.h"
 
 #include "store/fault.h"
+#include "store/store.h"
 #include "store/tier.h"
 
 #define OBJ 4096
@@ -568,6 +569,130 @@ static void test_remove_all(void **state)
 	kvl_store_close(s);
 }
 
+/* ---------------------------------------------------------------- holds */
+
+/* The holds of key that tier i of s counts now (a fault.holds=1 tier). */
+static uint32_t held_at(kvl_store *s, size_t i, const char *key)
+{
+	uint32_t now = 99;
+	ASSERT_CODE(kvl__fault_holds(kvl__tier_at(s, i), key, &now, NULL),
+	            KVL_OK);
+	return now;
+}
+
+static void hold_ok(kvl_store *s, const char *const *keys, size_t n,
+                    const int *want)
+{
+	int res[8];
+	for (size_t i = 0; i < n; i++)
+		res[i] = 99;
+	ASSERT_CODE(kvl__store_hold(s, keys, n, res), KVL_OK);
+	for (size_t i = 0; i < n; i++)
+		ASSERT_CODE_MSG(res[i], want[i], "hold of %s", keys[i]);
+}
+
+static void unhold_ok(kvl_store *s, const char *const *keys, size_t n)
+{
+	int res[8];
+	ASSERT_CODE(kvl__store_unhold(s, keys, n, res), KVL_OK);
+	for (size_t i = 0; i < n; i++)
+		ASSERT_CODE_MSG(res[i], 0, "unhold of %s", keys[i]);
+}
+
+/* A hold reaches every tier and an unhold lets go exactly where holds
+ * were taken, even after the key moved between tiers; a key no tier holds
+ * is 0, or the error of a tier that failed it; the call fails whole only
+ * when every tier failed; an unhold of a key not held is KVL_ENOTFOUND and
+ * touches no tier. */
+static void test_holds_reach_every_tier(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("tier:?promote=0|fault+mem:?fault.holds=1"
+	                       "|fault+mem:?fault.holds=1");
+	kvl_store *top = kvl__tier_at(s, 0), *low = kvl__tier_at(s, 1);
+	put_obj(top, "a", KVL_PUT_STORED);
+	put_obj(low, "b", KVL_PUT_STORED);
+	put_obj(top, "c", KVL_PUT_STORED);
+	put_obj(low, "c", KVL_PUT_STORED);
+	const char *abcd[4] = {"a", "b", "c", "d"};
+	hold_ok(s, abcd, 4, (int[]){1, 1, 1, 0});
+	ASSERT_U64(held_at(s, 0, "a"), 1);
+	ASSERT_U64(held_at(s, 1, "a"), 0);
+	ASSERT_U64(held_at(s, 0, "b"), 0);
+	ASSERT_U64(held_at(s, 1, "b"), 1);
+	ASSERT_U64(held_at(s, 0, "c"), 1);
+	ASSERT_U64(held_at(s, 1, "c"), 1);
+
+	/* "a" spills down, "b" is promoted; both are held again. */
+	ASSERT_EQ(remove1(top, "a"), 1);
+	put_obj(low, "a", KVL_PUT_STORED);
+	put_obj(top, "b", KVL_PUT_STORED);
+	hold_ok(s, abcd, 2, (int[]){1, 1});
+	ASSERT_U64(held_at(s, 1, "a"), 1);
+	ASSERT_U64(held_at(s, 0, "b"), 1);
+	ASSERT_U64(held_at(s, 1, "b"), 2);
+
+	/* Let go of it all: every tier ends with no hold. */
+	unhold_ok(s, abcd, 2);
+	unhold_ok(s, abcd, 3);
+	for (size_t i = 0; i < 3; i++)
+		for (size_t t = 0; t < 2; t++)
+			ASSERT_U64(held_at(s, t, abcd[i]), 0);
+	int res[4] = {99, 99, 99, 99};
+	ASSERT_CODE(kvl__store_unhold(s, abcd, 1, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_ENOTFOUND);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "\"a\" is not held");
+
+	/* A failing tier: its keys get its error unless another tier held
+	 * them; every tier failing fails the call. */
+	set_down(low, 1);
+	hold_ok(s, abcd, 3, (int[]){KVL_EIO, 1, 1});
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "tier 1");
+	ASSERT_U64(held_at(s, 0, "b"), 1);
+	set_down(top, 1);
+	ASSERT_CODE(kvl__store_hold(s, abcd, 3, res), KVL_EIO);
+	for (size_t i = 0; i < 3; i++)
+		ASSERT_CODE(res[i], KVL_EIO);
+	/* Unholds reach tiers that are down. */
+	const char *bc[2] = {"b", "c"};
+	unhold_ok(s, bc, 2);
+	ASSERT_U64(held_at(s, 0, "b"), 0);
+	ASSERT_U64(held_at(s, 0, "c"), 0);
+	kvl_store_close(s);
+}
+
+/* Registrations reach every tier and are forgotten at every tier; one
+ * tier refusing is no failure, all refusing is. */
+static void test_register_reaches_every_tier(void **state)
+{
+	(void)state;
+	kvl_store *s = open_ok("tier:fault+mem:|fault+mem:");
+	static uint8_t one[64], two[64];
+	uint64_t live[2];
+	ASSERT_CODE(kvl_store_register(s, one, sizeof one, KVL_MEM_HOST),
+	            KVL_OK);
+	set_down(kvl__tier_at(s, 1), 1);
+	ASSERT_CODE(kvl_store_register(s, two, sizeof two, KVL_MEM_HOST),
+	            KVL_OK);
+	set_down(kvl__tier_at(s, 0), 1);
+	ASSERT_CODE(kvl_store_register(s, two, sizeof two, KVL_MEM_HOST),
+	            KVL_EIO);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "tier 0");
+	for (size_t i = 0; i < 2; i++)
+		ASSERT_CODE(kvl__fault_regs(kvl__tier_at(s, i), &live[i]),
+		            KVL_OK);
+	ASSERT_U64(live[0], 2);
+	ASSERT_U64(live[1], 1);
+	kvl__store_unregister(s, one);
+	kvl__store_unregister(s, two);
+	for (size_t i = 0; i < 2; i++) {
+		ASSERT_CODE(kvl__fault_regs(kvl__tier_at(s, i), &live[i]),
+		            KVL_OK);
+		ASSERT_U64(live[i], 0);
+	}
+	kvl_store_close(s);
+}
+
 /* ---------------------------------------------------------------- close */
 
 static void test_close_with_promotions_queued(void **state)
@@ -697,10 +822,16 @@ static void test_linker_loads_from_lower_tier(void **state)
 	host src, dst;
 	host_init(&src, &cfg);
 	host_init(&dst, &cfg);
-	kvl_store *s = open_ok("tier:?write=through|mem:|mem:");
+	kvl_store *s = open_ok("tier:?write=through|fault+mem:?fault.holds=1"
+	                       "|fault+mem:?fault.holds=1");
 	kvl_store *top = kvl__tier_at(s, 0);
 	kvl_linker *ls = open_lk(&src, s, NULL);
 	kvl_linker *ld = open_lk(&dst, s, NULL);
+	uint64_t live;
+	for (size_t i = 0; i < 2; i++) { /* the pools, by both linkers */
+		ASSERT_CODE(kvl__fault_regs(kvl__tier_at(s, i), &live), KVL_OK);
+		ASSERT_TRUE(live >= 4);
+	}
 	kvl_hash pg[6];
 	make_pages(pg, 6, 6);
 
@@ -726,6 +857,18 @@ static void test_linker_loads_from_lower_tier(void **state)
 	expect_completion(&c, KVL_REQ_LOAD, 0, 6, 6);
 	check_req(&dst, &d, 6, N_LAYERS);
 	ASSERT_TRUE(tier_stats(s, 1).hits >= 12);
+	/* The load held its objects where they were, and let them go. */
+	uint64_t taken;
+	ASSERT_CODE(kvl__fault_holds(kvl__tier_at(s, 1), NULL, NULL, &taken),
+	            KVL_OK);
+	ASSERT_TRUE(taken >= 12);
+	char key[KVL_KEY_MAX];
+	for (size_t i = 0; i < 6; i++) {
+		key_of(&src, src.kv, &pg[i], key);
+		ASSERT_U64(held_at(s, 1, key), 0);
+		key_of(&src, src.swa, &pg[i], key);
+		ASSERT_U64(held_at(s, 1, key), 0);
+	}
 
 	/* The promotions land in the top tier, and a second load reads
 	 * from there. */
@@ -747,6 +890,10 @@ static void test_linker_loads_from_lower_tier(void **state)
 
 	kvl_linker_close(ld);
 	kvl_linker_close(ls);
+	for (size_t i = 0; i < 2; i++) { /* forgotten at close */
+		ASSERT_CODE(kvl__fault_regs(kvl__tier_at(s, i), &live), KVL_OK);
+		ASSERT_U64(live, 0);
+	}
 	kvl_store_close(s);
 	host_free(&dst);
 	host_free(&src);
@@ -765,6 +912,8 @@ int main(void)
 		cmocka_unit_test(test_spill_from_file),
 		cmocka_unit_test(test_failing_tier_degrades),
 		cmocka_unit_test(test_remove_all),
+		cmocka_unit_test(test_holds_reach_every_tier),
+		cmocka_unit_test(test_register_reaches_every_tier),
 		cmocka_unit_test(test_close_with_promotions_queued),
 		cmocka_unit_test(test_remote_lower_tier),
 		cmocka_unit_test(test_stats_render),

@@ -39,6 +39,12 @@
  *                        bytes; not given: the inner store's
  *   fault.stats_unknown=0|1  stats report objects and bytes as UINT64_MAX,
  *                        as a remote store that cannot count them does
+ *   fault.holds=0|1      the store keeps batch holds itself, counted per
+ *                        key (kvl__fault_holds), as Mooncake's sessions
+ *                        do, so that tests of what calls hold see them
+ *                        without Mooncake; they count, nothing more (the
+ *                        inner store may still evict). 0: holds go to
+ *                        the inner store
  * Unknown fault.* options are KVL_EPARSE. The store is never trusted
  * (store->trusted = 0), so kvlink verifies payload checksums on reads.
  *
@@ -71,6 +77,7 @@
 
 #include "store/backend.h"
 #include "store/fault.h"
+#include "store/holds.h"
 
 #define FAULT_PREFIX "fault+"
 #define FAULT_PREFIX_LEN 6
@@ -86,6 +93,10 @@ struct fault_store {
 	kvl_store *inner;      /* owned; immutable */
 	uint64_t seed;         /* immutable */
 	int stats_unknown;     /* immutable: objects and bytes read unknown */
+	int holds_self;        /* immutable: fault.holds=1 */
+	kvl__holds holds;      /* fault.holds=1: the holds (own lock) */
+	atomic_uint_fast64_t n_regs; /* registrations not yet forgotten */
+	atomic_uint_fast64_t n_holds; /* fault.holds=1: holds taken, ever */
 	pthread_mutex_t mu;
 	kvl__fault_cfg cfg;    /* (mu) */
 	atomic_uint_fast64_t next_draw;
@@ -98,6 +109,7 @@ static const char *const fault_options[] = {
 	"fault.latency_ms", "fault.latency_p",   "fault.seed",
 	"fault.down",      "fault.fail_get_call", "fault.fail_put_call",
 	"fault.whole_reads", "fault.stats_unknown", "fault.layer_read_min",
+	"fault.holds",
 };
 
 #define FAULT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -351,20 +363,6 @@ static int fault_remove(kvl_store *store, void *impl, const kvl__batch *b)
 	return fault_call(store, impl, b, 0);
 }
 
-/* Holds go to the inner store as they are: faults are injected into the
- * reads they precede, which is where a lost hold shows. */
-static int fault_hold(kvl_store *store, void *impl, const kvl__batch *b)
-{
-	struct fault_store *f = impl;
-	int rc = b->op == KVL__OP_HOLD
-	                 ? kvl__store_hold(f->inner, b->keys, b->n, b->results)
-	                 : kvl__store_unhold(f->inner, b->keys, b->n,
-	                                     b->results);
-	if (rc < 0)
-		kvl__fail(&store->err, rc, "%s", kvl_store_errmsg(f->inner));
-	return rc;
-}
-
 /* 1 while the store is down (fault.down=1). */
 static int fault_down(struct fault_store *f)
 {
@@ -372,6 +370,63 @@ static int fault_down(struct fault_store *f)
 	int down = f->cfg.down;
 	pthread_mutex_unlock(&f->mu);
 	return down;
+}
+
+/* fault.holds=1: a hold counts a present key (as the inner store's exists
+ * says) and fails whole while the store is down; an unhold lets one go
+ * (KVL_ENOTFOUND for a key not held: the caller let go of more than it
+ * held). */
+static int fault_hold_self(kvl_store *store, struct fault_store *f,
+                           const kvl__batch *b)
+{
+	if (b->op == KVL__OP_UNHOLD) {
+		for (size_t i = 0; i < b->n; i++) {
+			unsigned mask;
+			b->results[i] = kvl__holds_take(&f->holds, b->keys[i],
+			                                &mask);
+			if (b->results[i] < 0)
+				kvl__fail(&store->err, KVL_ENOTFOUND,
+				          "unhold: key \"%s\" is not held",
+				          b->keys[i]);
+		}
+		return 0;
+	}
+	if (fault_down(f)) {
+		for (size_t i = 0; i < b->n; i++)
+			b->results[i] = KVL_EIO;
+		return kvl__fail(&store->err, KVL_EIO,
+		                 "hold: store is down (fault.down=1)");
+	}
+	int rc = kvl_store_exists(f->inner, b->keys, b->n, b->results);
+	if (rc < 0)
+		return kvl__fail(&store->err, rc, "%s",
+		                 kvl_store_errmsg(f->inner));
+	for (size_t i = 0; i < b->n; i++)
+		if (b->results[i] != 1)
+			continue;
+		else if (kvl__holds_add(&f->holds, b->keys[i], 0) < 0)
+			b->results[i] = kvl__fail(&store->err, KVL_ENOMEM,
+			                          "hold: out of memory");
+		else
+			atomic_fetch_add(&f->n_holds, 1);
+	return 0;
+}
+
+/* Holds go to the inner store as they are (fault.holds=0): faults are
+ * injected into the reads they precede, which is where a lost hold
+ * shows. */
+static int fault_hold(kvl_store *store, void *impl, const kvl__batch *b)
+{
+	struct fault_store *f = impl;
+	if (f->holds_self)
+		return fault_hold_self(store, f, b);
+	int rc = b->op == KVL__OP_HOLD
+	                 ? kvl__store_hold(f->inner, b->keys, b->n, b->results)
+	                 : kvl__store_unhold(f->inner, b->keys, b->n,
+	                                     b->results);
+	if (rc < 0)
+		kvl__fail(&store->err, rc, "%s", kvl_store_errmsg(f->inner));
+	return rc;
 }
 
 /* Passed on to the inner store; fails while the store is down. */
@@ -386,6 +441,8 @@ static int fault_reg(kvl_store *store, void *impl, void *addr, size_t len,
 	int rc = kvl_store_register(f->inner, addr, len, mem);
 	if (rc < 0)
 		kvl__fail(&store->err, rc, "%s", kvl_store_errmsg(f->inner));
+	else
+		atomic_fetch_add(&f->n_regs, 1);
 	return rc;
 }
 
@@ -394,6 +451,9 @@ static void fault_unreg(kvl_store *store, void *impl, void *addr)
 	struct fault_store *f = impl;
 	(void)store;
 	kvl__store_unregister(f->inner, addr);
+	uint_fast64_t n = atomic_load(&f->n_regs);
+	while (n && !atomic_compare_exchange_weak(&f->n_regs, &n, n - 1))
+		;
 }
 
 /* The inner store's answer; an error while the store is down. */
@@ -440,6 +500,7 @@ static void fault_close(void *impl)
 	if (!f)
 		return;
 	kvl_store_close(f->inner);
+	kvl__holds_destroy(&f->holds);
 	pthread_mutex_destroy(&f->mu);
 	free(f);
 }
@@ -447,7 +508,8 @@ static void fault_close(void *impl)
 /* Reads the fault.* options into cfg and seed. */
 static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
                               uint64_t *seed, int *whole, uint64_t *lrm,
-                              int *unknown, char *errbuf, size_t errlen)
+                              int *unknown, int *holds, char *errbuf,
+                              size_t errlen)
 {
 	uint64_t latency_ms = 0;
 	int rc;
@@ -472,7 +534,7 @@ static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
 			                     "fault.fail_put_call, "
 			                     "fault.whole_reads, "
 			                     "fault.layer_read_min, "
-			                     "fault.stats_unknown)",
+			                     "fault.stats_unknown, fault.holds)",
 			                     k);
 	}
 
@@ -498,7 +560,8 @@ static int fault_read_options(kvl__uri *uri, kvl__fault_cfg *cfg,
 	    (rc = kvl__uri_size(uri, "fault.layer_read_min", lrm, errbuf,
 	                        errlen)) < 0 ||
 	    (rc = kvl__uri_bool(uri, "fault.stats_unknown", unknown, errbuf,
-	                        errlen)) < 0)
+	                        errlen)) < 0 ||
+	    (rc = kvl__uri_bool(uri, "fault.holds", holds, errbuf, errlen)) < 0)
 		return rc;
 	if (latency_ms > FAULT_LATENCY_MAX_MS)
 		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
@@ -549,7 +612,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	kvl__fault_cfg cfg = { .latency_p = 1.0 };
 	uint64_t seed = 1;
 	kvl_store *inner = NULL;
-	int rc, whole = 0, unknown = 0;
+	int rc, whole = 0, unknown = 0, holds = 0;
 	uint64_t lrm = UINT64_MAX; /* not given: the inner store's */
 
 	if (strncmp(uri->scheme, FAULT_PREFIX, FAULT_PREFIX_LEN) != 0 ||
@@ -566,7 +629,7 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 		                     "options); wrap its tiers instead, e.g. "
 		                     "\"tier:fault+mem:?fault.error=0.1|mem:\"");
 	rc = fault_read_options(uri, &cfg, &seed, &whole, &lrm, &unknown,
-	                        errbuf, errlen);
+	                        &holds, errbuf, errlen);
 	if (rc < 0)
 		return rc;
 
@@ -589,6 +652,10 @@ static int fault_open(kvl_store *store, kvl__uri *uri, void **impl,
 	f->inner = inner;
 	f->seed = seed;
 	f->stats_unknown = unknown;
+	f->holds_self = holds;
+	kvl__holds_init(&f->holds);
+	atomic_init(&f->n_regs, 0);
+	atomic_init(&f->n_holds, 0);
 	memcpy(store->note, inner->note, sizeof store->note);
 	f->cfg = cfg;
 	atomic_init(&f->next_draw, 0);
@@ -718,5 +785,33 @@ int kvl__fault_calls(kvl_store *s, uint64_t *gets, uint64_t *puts)
 		*gets = atomic_load(&f->get_calls);
 	if (puts)
 		*puts = atomic_load(&f->put_calls);
+	return 0;
+}
+
+int kvl__fault_holds(kvl_store *s, const char *key, uint32_t *now,
+                     uint64_t *taken)
+{
+	struct fault_store *f = fault_of(s, "kvl__fault_holds");
+	if (!f)
+		return KVL_EINVAL;
+	if (now && !key)
+		return kvl__fail(&s->err, KVL_EINVAL,
+		                 "kvl__fault_holds: key is NULL");
+	if (now)
+		*now = kvl__holds_count(&f->holds, key);
+	if (taken)
+		*taken = atomic_load(&f->n_holds);
+	return 0;
+}
+
+int kvl__fault_regs(kvl_store *s, uint64_t *live)
+{
+	struct fault_store *f = fault_of(s, "kvl__fault_regs");
+	if (!f)
+		return KVL_EINVAL;
+	if (!live)
+		return kvl__fail(&s->err, KVL_EINVAL,
+		                 "kvl__fault_regs: live is NULL");
+	*live = atomic_load(&f->n_regs);
 	return 0;
 }

@@ -61,4 +61,15 @@ int kvl__fault_counts(kvl_store *s, uint64_t *errors, uint64_t *corruptions,
  * its own. */
 int kvl__fault_calls(kvl_store *s, uint64_t *gets, uint64_t *puts);
 
+/* [out] *now: the holds of key (with the store's tenant prefix, if it has
+ * one) that a fault.holds=1 store counts now; *taken: the holds it took
+ * since open, of every key. Either pointer may be NULL (key too, with now
+ * NULL). Both 0 for a store without fault.holds. */
+int kvl__fault_holds(kvl_store *s, const char *key, uint32_t *now,
+                     uint64_t *taken);
+
+/* [out] *live: registrations (kvl_store_register calls that succeeded)
+ * less the kvl__store_unregister calls since (never below 0). */
+int kvl__fault_regs(kvl_store *s, uint64_t *live);
+
 #endif /* KVL_STORE_FAULT_H */

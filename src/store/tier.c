@@ -25,6 +25,8 @@
  *    them, and they are put into the tiers below (kvl__tier_spill), on the
  *    thread whose call evicted them.
  *  - remove removes from every tier.
+ *  - hold, unhold, register and unregister reach every tier
+ *    (tier_hold.c).
  *
  * Options: write=top|through (top), promote=0|1 (1), promote_queue=N keys
  * waiting at most (256, 1 to 16384), promote_max=BYTES largest object
@@ -65,6 +67,7 @@ static void tier_close(void *impl)
 	for (size_t i = 0; i < t->n; i++)
 		kvl_store_close(t->tier[i]);
 	kvl__transit_destroy(&t->transit);
+	kvl__holds_destroy(&t->holds);
 	free(t);
 }
 
@@ -225,31 +228,6 @@ static void tier_hook_spills(struct tier_store *t)
 	}
 }
 
-/* Memory that transfers may touch, given to every tier. A tier that
- * refuses it still works through its copies (Mooncake's staging), so only
- * a refusal by every tier fails. */
-static int tier_reg(kvl_store *store, void *impl, void *addr, size_t len,
-                    kvl_mem_kind mem)
-{
-	struct tier_store *t = impl;
-	int first = 0;
-	size_t ok = 0;
-	for (size_t i = 0; i < t->n; i++) {
-		int rc = kvl_store_register(t->tier[i], addr, len, mem);
-		if (rc == 0) {
-			ok++;
-			continue;
-		}
-		if (!first)
-			first = kvl__fail(&store->err, rc,
-			                  "kvl_store_register: tier %zu (\"%s\"): "
-			                  "%s",
-			                  i, t->shown[i],
-			                  kvl_store_errmsg(t->tier[i]));
-	}
-	return ok ? 0 : first;
-}
-
 static int tier_open(kvl_store *store, kvl__uri *uri, void **impl,
                      kvl__store_caps *caps, char *errbuf, size_t errlen)
 {
@@ -261,6 +239,7 @@ static int tier_open(kvl_store *store, kvl__uri *uri, void **impl,
 		                     "tier: store: out of memory");
 	t->promote_max = TIER_PROMOTE_MAX_DEFAULT;
 	kvl__transit_init(&t->transit);
+	kvl__holds_init(&t->holds);
 	for (size_t i = 0; i < KVL__TIER_MAX; i++)
 		t->slot[i] = (struct tier_slot){t, (unsigned)i};
 
@@ -303,7 +282,10 @@ const kvl__store_ops kvl__store_tier_ops = {
 	.get = kvl__tier_get,
 	.put = kvl__tier_put,
 	.remove = kvl__tier_remove,
-	.reg = tier_reg,
+	.reg = kvl__tier_reg,
+	.unreg = kvl__tier_unreg,
+	.hold = kvl__tier_hold,
+	.unhold = kvl__tier_unhold,
 	.stats = kvl__tier_stats_whole,
 	.render = kvl__tier_render,
 };

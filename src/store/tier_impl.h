@@ -2,8 +2,8 @@
 /*
  * tier_impl.h — the tier: store's state, shared by its files (internal to
  * src/store/tier*.c): tier.c opens and closes it, tier_ops.c carries the
- * four operations, the spill-down and the promotions, tier_stats.c counts
- * and renders. tier.c describes the design.
+ * four operations, the spill-down and the promotions, tier_hold.c the
+ * holds and registrations, tier_stats.c counts and renders. tier.c describes the design.
  */
 #ifndef KVL_TIER_IMPL_H
 #define KVL_TIER_IMPL_H
@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 
 #include "store/backend.h"
+#include "store/holds.h"
 #include "store/tier.h"
 #include "store/tier_promote.h"
 #include "store/tier_transit.h"
@@ -48,6 +49,9 @@ struct tier_store {
 	/* Objects on their way down (tier_transit.h): a read that missed
 	 * one looks again. */
 	kvl__transit transit;
+	/* The holds taken on callers' behalf, and by which tiers
+	 * (tier_hold.c). */
+	kvl__holds holds;
 	/* Everything above is immutable after open but the atomics. */
 };
 
@@ -60,6 +64,13 @@ void kvl__tier_spill(void *ctx, uint64_t key_hash, const char *key,
                      const void *data, size_t len);
 void kvl__tier_unlinked(void *ctx, uint64_t key_hash);
 void kvl__tier_promote_one(void *ctx, const char *key, unsigned from);
+
+/* tier_hold.c */
+int kvl__tier_reg(kvl_store *store, void *impl, void *addr, size_t len,
+                  kvl_mem_kind mem);
+void kvl__tier_unreg(kvl_store *store, void *impl, void *addr);
+int kvl__tier_hold(kvl_store *store, void *impl, const kvl__batch *b);
+int kvl__tier_unhold(kvl_store *store, void *impl, const kvl__batch *b);
 
 /* tier_stats.c */
 void kvl__tier_stats_whole(void *impl, kvl_store_stats *out);
