@@ -457,7 +457,8 @@ static void test_load_store_error(void **state)
 	/* One get per layer even where layers this small would go with the
 	 * first (fault.layer_read_min=0: Mooncake's ranges). */
 	kvl_store *s = open_ok(store_uri(
-		"fault+", "fault.fail_get_call=3&fault.layer_read_min=0"));
+		"fault+", "fault.fail_get_call=3&fault.layer_read_min=0"
+		          "&fault.holds=1"));
 	if (kvl__store_caps_of(s).whole_reads) {
 		printf("[  SKIP    ] one get per layer: this store reads whole "
 		       "objects (test_load_whole_reads covers it)\n");
@@ -496,8 +497,14 @@ static void test_load_store_error(void **state)
 	ASSERT_CONTAINS(kvl_linker_errmsg(ld), "failed at layer 2");
 	ASSERT_CONTAINS(kvl_linker_errmsg(ld), "injected failure of get call 3");
 	expect_completion(&c, KVL_REQ_LOAD, KVL_EIO, 0, 5);
-	/* Layers 0 and 1 did arrive. */
+	/* Layers 0 and 1 did arrive; the failed batch let go of its
+	 * holds. */
 	check_req(&dst, &d, 5, 2);
+	uint64_t taken = 0;
+	ASSERT_RC(s, kvl__fault_holds(s, NULL, NULL, &taken), KVL_OK);
+	assert_int_equal(taken, 5 + 2); /* kv, and swa from page 3 */
+	assert_int_equal(pages_held(s, &dst, dst.kv, pg, 5), 0);
+	assert_int_equal(pages_held(s, &dst, dst.swa, pg, 5), 0);
 
 	/* Only that call failed: a new batch loads everything. */
 	memset(dst.mem, FILL, dst.mem_bytes);
@@ -551,6 +558,9 @@ static void test_load_store_error(void **state)
 	c = load_sync(ld, 8, &d, NULL);
 	expect_completion(&c, KVL_REQ_LOAD, 0, 5, 5);
 	check_req(&dst, &d, 5, N_LAYERS);
+	/* Every batch, failed or not, let go of its holds. */
+	assert_int_equal(pages_held(s, &dst, dst.kv, pg, 5), 0);
+	assert_int_equal(pages_held(s, &dst, dst.swa, pg, 5), 0);
 
 	kvl_linker_close(ld);
 	kvl_linker_close(ls);

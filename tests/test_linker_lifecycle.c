@@ -415,7 +415,8 @@ static void *waiter_main(void *p)
 	return NULL;
 }
 
-/* Shutdown while a batch runs on a slow store: waiters wake up. */
+/* Shutdown while a batch runs on a slow store: waiters wake up, and the
+ * batch lets go of the objects it held. */
 static void test_shutdown_running(void **state)
 {
 	(void)state;
@@ -423,7 +424,7 @@ static void test_shutdown_running(void **state)
 	host src, dst;
 	host_init(&src, NULL);
 	host_init(&dst, NULL);
-	kvl_store *s = open_ok(store_uri("fault+", NULL));
+	kvl_store *s = open_ok(store_uri("fault+", "fault.holds=1"));
 	kvl_linker *ls = open_lk(&src, s, NULL);
 	kvl_hash pg[2];
 	make_pages(pg, 2, 17);
@@ -455,6 +456,9 @@ static void test_shutdown_running(void **state)
 		                                &wa[i]),
 		                 0);
 	fault_await_calls(s, 0, 1); /* layer 0's get is in the store */
+	/* The running batch holds its objects (the second holds nothing
+	 * yet). */
+	assert_int_equal(pages_held(s, &dst, dst.kv, pg, 2), 2);
 	uint64_t t0 = now_ms();
 	kvl_linker_shutdown(lk);
 	for (int i = 0; i < 3; i++)
@@ -477,8 +481,10 @@ static void test_shutdown_running(void **state)
 	          KVL_ECANCELED);
 	ASSERT_RC(lk, kvl_linker_wait(lk, b2, 0, UINT32_MAX), KVL_ECANCELED);
 	expect_none(lk, 100);
-	/* Nothing after the running layer was read. */
+	/* Nothing after the running layer was read, and the batch let go
+	 * of what it held. */
 	assert_int_equal(fault_gets(s), 1);
+	assert_int_equal(pages_held(s, &dst, dst.kv, pg, 2), 0);
 
 	kvl_linker_close(lk);
 	kvl_store_close(s);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "linker_fixture.h"
+#include "store/fault.h"
 
 /* ============================================================= engines */
 
@@ -191,6 +192,20 @@ int page_present(kvl_store *s, const host *h, int pool, const kvl_hash *page)
 	ASSERT_TRUE_MSG(res == 0 || res == 1, "exists %s: %s", key,
 	                kvl_err_name(res));
 	return res;
+}
+
+uint32_t pages_held(kvl_store *s, const host *h, int pool,
+                    const kvl_hash *pages, size_t n)
+{
+	char key[KVL_KEY_MAX];
+	uint32_t sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t now = 0;
+		key_of(h, pool, &pages[i], key);
+		ASSERT_RC(s, kvl__fault_holds(s, key, &now, NULL), KVL_OK);
+		sum += now;
+	}
+	return sum;
 }
 
 /* ========================================================= completions */

@@ -132,6 +132,11 @@ void remove_page(kvl_store *s, const host *h, int pool, const kvl_hash *page);
 /* 1 when `page`'s object of `pool` is in the store, else 0. */
 int page_present(kvl_store *s, const host *h, int pool, const kvl_hash *page);
 
+/* The holds that fault store s (fault.holds=1) counts now on the objects
+ * of pool `pool` of pages[0..n), all together. */
+uint32_t pages_held(kvl_store *s, const host *h, int pool,
+                    const kvl_hash *pages, size_t n);
+
 /* --------------------------------------------------------- completions */
 
 /* Polls until every id of ids[n] completed once; out[i] gets ids[i]'s
