@@ -445,6 +445,64 @@ static void test_restart(void **state)
 	tmpdir_remove(dir);
 }
 
+/* ------------------------------------------------- a get of many bytes */
+
+#define BIG_N 20             /* objects of BIG_LEN: more than one segment */
+#define BIG_LEN (4u << 20)
+#define HUGE_LEN (65u << 20) /* larger than a segment alone */
+
+/* One get whose reads outgrow a bounce buffer (64 MiB) is read in
+ * segments: every key of it, a huge one alone among them, an absent one
+ * and a range, reads its own bytes. */
+static void test_get_many_bytes(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-big");
+	kvl_store *s = open_dir(dir, "capacity=1GiB");
+	enum { N = BIG_N + 2 };
+	char names[N][32];
+	const char *keys[N];
+	size_t lens[N];
+	for (unsigned i = 0; i < N; i++) {
+		snprintf(names[i], sizeof names[i], "big/%u", i);
+		keys[i] = names[i];
+		lens[i] = i == BIG_N / 2 ? HUGE_LEN : BIG_LEN - 17 * i;
+		if (i == N - 1)
+			continue; /* never stored */
+		uint8_t *p = pattern(lens[i], 100 + i);
+		ASSERT_EQ_MSG(put1(s, keys[i], p, lens[i]), KVL_PUT_STORED,
+		              "put of %s", keys[i]);
+		free(p);
+	}
+	kvl_range rg[N];
+	size_t nr[N];
+	int res[N];
+	for (unsigned i = 0; i < N; i++) {
+		rg[i] = (kvl_range){0, malloc(lens[i]), lens[i]};
+		assert_non_null(rg[i].addr);
+		nr[i] = 1;
+	}
+	rg[3].offset = 12345; /* a range, not the whole object */
+	rg[3].len = lens[3] - 12345 - 99;
+	ASSERT_CODE(kvl_store_get(s, keys, N, rg, nr, res), KVL_OK);
+	for (unsigned i = 0; i < N; i++) {
+		if (i == N - 1) {
+			ASSERT_CODE(res[i], KVL_ENOTFOUND);
+			free(rg[i].addr);
+			continue;
+		}
+		ASSERT_CODE_MSG(res[i], 0, "get of %s", keys[i]);
+		uint8_t *want = pattern(lens[i], 100 + i);
+		ASSERT_TRUE_MSG(memcmp(rg[i].addr, want + rg[i].offset,
+		                       rg[i].len) == 0,
+		                "%s read wrong bytes", keys[i]);
+		free(want);
+		free(rg[i].addr);
+	}
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+}
+
 /* ------------------------------------------------ capacity, LRU order */
 
 static void test_capacity_two_processes(void **state)
@@ -748,6 +806,7 @@ int main(void)
 		cmocka_unit_test(test_two_processes),
 		cmocka_unit_test(test_kill_writer),
 		cmocka_unit_test(test_restart),
+		cmocka_unit_test(test_get_many_bytes),
 		cmocka_unit_test(test_capacity_two_processes),
 		cmocka_unit_test(test_damaged),
 		cmocka_unit_test(test_tmpfs),

@@ -4,9 +4,9 @@
  * finds the keys under the index lock (absent ones and bad ranges get
  * their results there), opens their files, plans the reads (each range as
  * the blocks it touches, the header page with the first), reads them all
- * at once (file_io.c) into one bounce buffer, and checks and copies out
- * each key as its last read completes, while the rest are still in
- * flight.
+ * at once (file_io.c) into a bounce buffer (in segments of up to 64 MiB,
+ * so the buffer is kept for reuse), and checks and copies out each key as
+ * its last read completes, while the rest are still in flight.
  *
  * What a get checks: the header (its sum, the key, the generation and
  * length the index gave) and every block's sum. An object that fails is
@@ -73,13 +73,12 @@ static const char *file_check(const file_key *k, const kvl__fio_req *rq,
 }
 
 /* Plans the reads of found key k (spans into sp, requests into rq from
- * index *at); returns the bytes they need. */
-static size_t file_plan(file_key *k, size_t ki, kvl__fio_req *rq,
+ * index *at). */
+static void file_plan(file_key *k, size_t ki, kvl__fio_req *rq,
                         file_span *sp, size_t *at)
 {
 	uint64_t bs = 1ull << kvl__file_block_shift(k->len);
 	uint64_t padded = kvl__file_size(k->len) - FILE_PAGE;
-	size_t bytes = 0;
 	k->first = *at;
 	k->hdr_req = SIZE_MAX;
 	for (size_t j = 0; j < k->nr; j++) {
@@ -98,17 +97,16 @@ static size_t file_plan(file_key *k, size_t ki, kvl__fio_req *rq,
 		sp[*at] = (file_span){ki, j, b0, b1, data_at};
 		rq[*at] = (kvl__fio_req){.fd = k->fd, .off = from,
 		                         .len = (size_t)(FILE_PAGE + end - from)};
-		bytes += rq[(*at)++].len;
+		(*at)++;
 	}
 	if (k->hdr_req == SIZE_MAX) {
 		k->hdr_req = *at;
 		sp[*at] = (file_span){ki, SIZE_MAX, 0, 0, 0};
 		rq[*at] = (kvl__fio_req){.fd = k->fd, .off = 0,
 		                         .len = FILE_PAGE};
-		bytes += rq[(*at)++].len;
+		(*at)++;
 	}
 	k->n = *at - k->first;
-	return bytes;
 }
 
 /* Copies key k's ranges out of its checked reads. */
@@ -193,6 +191,7 @@ typedef struct file_get_ctx {
 	const size_t *kmap;
 	const kvl__fio_req *rq;
 	const file_span *sp;
+	size_t base; /* the segment's first read (file_read_segments) */
 } file_get_ctx;
 
 /* Takes key (h1, h2) of generation gen out of the index, if it is still
@@ -214,6 +213,7 @@ static void file_drop(kvl_store *store, struct file_store *f, uint64_t h1,
 static void file_get_done(void *arg, size_t r)
 {
 	file_get_ctx *c = arg;
+	r += c->base;
 	file_key *k = &c->k[c->sp[r].key];
 	if (--k->left)
 		return;
@@ -235,6 +235,47 @@ static void file_get_done(void *arg, size_t r)
 	kvl__fail(&c->store->err, KVL_ENOTFOUND,
 	          "kvl_store_get: key \"%s\": %s: %s; the object was removed",
 	          c->b->keys[i], p, why);
+}
+
+/* Reads the planned keys k[0..live) in segments of consecutive keys
+ * whose reads fit in one bounce buffer of FILE_POOL_MAX bytes (a larger
+ * key alone), so that the buffer is kept for reuse: a fresh one would cost
+ * its page faults and zeroing on every call, a fifth of the time of a
+ * batch of 4 MiB objects. A key's left counts its reads not yet done: 0
+ * once read; the caller sets it to SIZE_MAX before, so that the keys a
+ * KVL_ENOMEM (no buffer) left unread keep it. */
+static int file_read_segments(file_get_ctx *c, size_t live)
+{
+	kvl__fio_req *rq = (kvl__fio_req *)c->rq;
+	file_key *k = c->k;
+	size_t cap = 0;
+	uint8_t *buf = NULL;
+	for (size_t x0 = 0, x1; x0 < live; x0 = x1) {
+		size_t bytes = 0;
+		for (x1 = x0; x1 < live; x1++) {
+			size_t kb = 0;
+			for (size_t r = k[x1].first; r < k[x1].first + k[x1].n; r++)
+				kb += rq[r].len;
+			if (x1 > x0 && bytes + kb > FILE_POOL_MAX)
+				break;
+			bytes += kb;
+		}
+		if (bytes > cap) {
+			kvl__file_bounce_put(c->f, buf, cap);
+			buf = kvl__file_bounce(c->f, bytes, &cap);
+			if (!buf)
+				return KVL_ENOMEM;
+		}
+		size_t r0 = k[x0].first, r1 = k[x1 - 1].first + k[x1 - 1].n;
+		for (size_t r = r0, o = 0; r < r1; o += rq[r++].len)
+			rq[r].buf = buf + o;
+		for (size_t x = x0; x < x1; x++)
+			k[x].left = k[x].n;
+		c->base = r0;
+		kvl__fio_read(&c->f->io, rq + r0, r1 - r0, file_get_done, c);
+	}
+	kvl__file_bounce_put(c->f, buf, cap);
+	return 0;
 }
 
 int kvl__file_get(kvl_store *store, void *impl, const kvl__batch *b)
@@ -289,31 +330,23 @@ int kvl__file_get(kvl_store *store, void *impl, const kvl__batch *b)
 			continue;
 		kvl__fio_req *rq = malloc(n_reqs * (sizeof *rq + sizeof(file_span)));
 		file_span *sp = (file_span *)(void *)(rq + n_reqs);
-		size_t at = 0, bytes = 0, cap = 0;
-		uint8_t *buf = NULL;
-		if (rq) {
-			for (size_t x = 0; x < live; x++)
-				bytes += file_plan(&k[x], x, rq, sp, &at);
-			buf = kvl__file_bounce(f, bytes, &cap);
+		size_t at = 0;
+		for (size_t x = 0; x < live; x++) {
+			k[x].left = SIZE_MAX; /* not read */
+			if (rq)
+				file_plan(&k[x], x, rq, sp, &at);
 		}
-		if (!buf) {
+		file_get_ctx ctx = {store, f, b, k, kmap, rq, sp, 0};
+		if (!rq || file_read_segments(&ctx, live) < 0)
 			for (size_t x = 0; x < live; x++) {
+				if (k[x].left != SIZE_MAX)
+					continue; /* read */
 				close(k[x].fd);
 				b->results[kmap[x]] = kvl__fail(
 					&store->err, KVL_ENOMEM,
-					"kvl_store_get: out of memory for %zu "
-					"bytes of reads", bytes);
+					"kvl_store_get: out of memory for the "
+					"reads of %zu keys", live);
 			}
-			free(rq);
-			continue;
-		}
-		for (size_t r = 0, o = 0; r < at; o += rq[r++].len)
-			rq[r].buf = buf + o;
-		for (size_t x = 0; x < live; x++)
-			k[x].left = k[x].n;
-		file_get_ctx ctx = {store, f, b, k, kmap, rq, sp};
-		kvl__fio_read(&f->io, rq, at, file_get_done, &ctx);
-		kvl__file_bounce_put(f, buf, cap);
 		free(rq);
 	}
 	return 0;
