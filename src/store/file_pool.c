@@ -18,7 +18,7 @@
 
 #include "store/file.h"
 
-#define FIO_THREADS 4u
+#define FIO_THREADS 8u
 
 typedef struct fio_job {
 	kvl__fio_req *reqs;
