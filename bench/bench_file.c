@@ -20,6 +20,9 @@
  *   --count   objects read (default 256)
  *   --batch   keys per get call (default 8; the linker asks for a layer
  *             of every page of a batch in one call)
+ *   --layers  read each object as L equal ranges, one call per range over
+ *             the batch, as the linker's layer-wise loads do (default 1:
+ *             whole); the raw reads then read L parts of each file
  * Not a test: nothing here fails on a slow machine.
  */
 #include <dirent.h>
@@ -65,9 +68,11 @@ static void put_or_die(kvl_store *s, const char *key, void *p, size_t len)
 	}
 }
 
-/* Reads every object whole, `batch` per call: seconds taken. */
+/* Reads every object, `batch` per call: whole (layers 1), or as `layers`
+ * equal ranges, one call per range over the batch (as the linker reads a
+ * layer of every page of a batch): seconds taken. */
 static double read_store(const char *uri, unsigned m, size_t size,
-                         unsigned batch, uint8_t *dst)
+                         unsigned batch, unsigned layers, uint8_t *dst)
 {
 	kvl_store *s = open_or_die(uri);
 	char (*names)[32] = calloc(batch, sizeof *names);
@@ -77,22 +82,29 @@ static double read_store(const char *uri, unsigned m, size_t size,
 	int *res = calloc(batch, sizeof *res);
 	if (!names || !keys || !rg || !nr || !res)
 		exit(1);
+	size_t part = size / layers;
 	double t0 = now_s();
 	for (unsigned i = 0; i < m; i += batch) {
 		unsigned n = m - i < batch ? m - i : batch;
 		for (unsigned k = 0; k < n; k++) {
 			snprintf(names[k], sizeof names[k], "big/%u", i + k);
 			keys[k] = names[k];
-			rg[k] = (kvl_range){0, dst + (size_t)k * size, size};
 			nr[k] = 1;
 		}
-		int bad = kvl_store_get(s, keys, n, rg, nr, res);
-		for (unsigned k = 0; k < n && !bad; k++)
-			bad = res[k] != 0;
-		if (bad) {
-			fprintf(stderr, "bench_file: get: %s\n",
-			        kvl_store_errmsg(s));
-			exit(1);
+		for (unsigned l = 0; l < layers; l++) {
+			for (unsigned k = 0; k < n; k++)
+				rg[k] = (kvl_range){(uint64_t)l * part,
+				                    dst + (size_t)k * size +
+				                            (size_t)l * part,
+				                    part};
+			int bad = kvl_store_get(s, keys, n, rg, nr, res);
+			for (unsigned k = 0; k < n && !bad; k++)
+				bad = res[k] != 0;
+			if (bad) {
+				fprintf(stderr, "bench_file: get: %s\n",
+				        kvl_store_errmsg(s));
+				exit(1);
+			}
 		}
 	}
 	double t = now_s() - t0;
@@ -114,6 +126,7 @@ typedef struct raw_files {
 	size_t padded;
 	uint8_t *buf; /* RAW_THREADS_MAX aligned buffers of padded bytes */
 	unsigned threads;
+	unsigned layers; /* preads per file (equal parts of its payload) */
 } raw_files;
 
 static void list_files(const char *dir, size_t size, unsigned m,
@@ -159,11 +172,14 @@ static void *raw_thread(void *p)
 	uint8_t *buf = rf->buf + (size_t)a->t * rf->padded;
 	for (unsigned i = a->t; i < rf->n; i += rf->threads) {
 		int fd = open(rf->path[i], O_RDONLY | O_DIRECT);
-		if (fd < 0 || pread(fd, buf, rf->padded, 4096) !=
-		                      (ssize_t)rf->padded) {
-			perror("bench_file: raw pread");
-			exit(1);
-		}
+		size_t part = rf->padded / rf->layers;
+		for (unsigned l = 0; l < rf->layers; l++)
+			if (fd < 0 || pread(fd, buf + l * part, part,
+			                    4096 + (off_t)(l * part)) !=
+			                      (ssize_t)part) {
+				perror("bench_file: raw pread");
+				exit(1);
+			}
 		close(fd);
 	}
 	return NULL;
@@ -189,11 +205,12 @@ int main(int argc, char **argv)
 {
 	if (argc < 2) {
 		fprintf(stderr, "usage: bench_file DIR [--objects N] "
-		                "[--size KIB] [--count M] [--batch B]\n");
+		                "[--size KIB] [--count M] [--batch B] "
+		                "[--layers L]\n");
 		return 2;
 	}
 	const char *dir = argv[1];
-	unsigned long objects = 100000, count = 256, batch = 8;
+	unsigned long objects = 100000, count = 256, batch = 8, layers = 1;
 	size_t size = 4096u << 10;
 	for (int i = 2; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--objects"))
@@ -204,6 +221,13 @@ int main(int argc, char **argv)
 			count = strtoul(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--batch"))
 			batch = strtoul(argv[i + 1], NULL, 10);
+		else if (!strcmp(argv[i], "--layers"))
+			layers = strtoul(argv[i + 1], NULL, 10);
+	}
+	if (!layers || size % (layers * 4096u)) {
+		fprintf(stderr, "bench_file: --layers must divide the size "
+		                "into parts of whole 4 KiB pages\n");
+		return 2;
 	}
 	char sub[4200], uri[4400];
 
@@ -261,6 +285,7 @@ int main(int argc, char **argv)
 	raw_files rf;
 	list_files(sub, size, (unsigned)count, &rf);
 	rf.buf = buf;
+	rf.layers = (unsigned)layers;
 	/* Best of 3, each way in turn (the device's rate drifts). */
 	static const unsigned depth[3] = {1, 8, RAW_THREADS_MAX};
 	double best_raw[3] = {1e9, 1e9, 1e9}, best_u = 1e9, best_p = 1e9;
@@ -271,9 +296,11 @@ int main(int argc, char **argv)
 			double t = read_raw(&rf, depth[d]);
 			best_raw[d] = t < best_raw[d] ? t : best_raw[d];
 		}
-		double t = read_store(uri, (unsigned)count, size, (unsigned)batch, buf);
+		double t = read_store(uri, (unsigned)count, size, (unsigned)batch,
+		               (unsigned)layers, buf);
 		best_u = t < best_u ? t : best_u;
-		t = read_store(up, (unsigned)count, size, (unsigned)batch, buf);
+		t = read_store(up, (unsigned)count, size, (unsigned)batch,
+		               (unsigned)layers, buf);
 		best_p = t < best_p ? t : best_p;
 	}
 	/* The device's rate: its best at any depth. */
@@ -281,6 +308,9 @@ int main(int argc, char **argv)
 	for (int d = 1; d < 3; d++)
 		best_r = best_raw[d] < best_r ? best_raw[d] : best_r;
 	double bytes = (double)count * (double)size;
+	if (layers > 1)
+		printf("read: in %lu ranges of %zu KiB each\n", layers,
+		       (size >> 10) / layers);
 	printf("read: %lu objects of %zu KiB: raw O_DIRECT %.2f GB/s (1 at a "
 	       "time %.2f, 8 at once %.2f, %u at once %.2f)\n"
 	       "      get (io_uring, %u a call) %.2f GB/s = %.2f x raw, "

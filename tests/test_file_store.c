@@ -673,6 +673,81 @@ static void test_damaged(void **state)
 	free(p);
 }
 
+/* ---------------------------------------------------- the header cache */
+
+/* The header pages the store copied from its cache and read from disk for
+ * ranges that missed their object's first block (the JSON stats). */
+static void hdr_counts(kvl_store *s, uint64_t *cached, uint64_t *read)
+{
+	char buf[4096];
+	ASSERT_RC(s, kvl_store_stats_render(s, KVL_STATS_JSON, buf, sizeof buf,
+	                                    NULL),
+	          KVL_OK);
+	const char *c = strstr(buf, "\"header_pages_cached\":");
+	const char *r = strstr(buf, "\"header_pages_read\":");
+	ASSERT_TRUE_MSG(c && r, "no header counts in %s", buf);
+	*cached = strtoull(strchr(c, ':') + 1, NULL, 10);
+	*read = strtoull(strchr(r, ':') + 1, NULL, 10);
+}
+
+/* A range beyond an object's first block (a later layer) reads the header
+ * page once and copies it from the cache after (a whole read keeps none);
+ * a copy still guards every block (a damaged block is found, and the
+ * object dropped), and a key put again is a new object whose header is
+ * read anew. */
+static void test_header_cache(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-hdrs");
+	kvl_store *s = open_dir(dir, "capacity=16MiB");
+	const size_t len = 300000, part = 30000;
+	uint8_t *p = pattern(len, 9), *q = pattern(len, 10), got[30000];
+	uint64_t cached, read;
+	ASSERT_CODE(put1(s, "k", p, len), KVL_PUT_STORED);
+	/* A whole read keeps nothing (no range of it is left to read). */
+	uint8_t *all = malloc(len);
+	assert_non_null(all);
+	ASSERT_EQ(get1(s, "k", 0, all, len), (int64_t)len);
+	free(all);
+	ASSERT_EQ(get1(s, "k", part, got, part), (int64_t)part);
+	hdr_counts(s, &cached, &read);
+	ASSERT_U64(cached, 0);
+	ASSERT_U64(read, 1);
+	ASSERT_EQ(get1(s, "k", 0, got, part), (int64_t)part); /* with block 0 */
+	for (unsigned l = 1; l < 10; l++) {
+		ASSERT_EQ(get1(s, "k", l * part, got, part), (int64_t)part);
+		assert_memory_equal(got, p + l * part, part);
+	}
+	hdr_counts(s, &cached, &read);
+	ASSERT_U64(read, 1);
+	ASSERT_U64(cached, 9);
+
+	/* A new object under the key: its own header, its own bytes. */
+	ASSERT_EQ(remove1(s, "k"), 1);
+	ASSERT_CODE(put1(s, "k", q, len), KVL_PUT_STORED);
+	ASSERT_EQ(get1(s, "k", 5 * part, got, part), (int64_t)part);
+	assert_memory_equal(got, q + 5 * part, part);
+	hdr_counts(s, &cached, &read);
+	ASSERT_U64(read, 2);
+	ASSERT_EQ(get1(s, "k", 6 * part, got, part), (int64_t)part);
+	hdr_counts(s, &cached, &read);
+	ASSERT_U64(cached, 10);
+
+	/* A damaged block under a cached header is found. */
+	char f[4300];
+	only_file(dir, f, sizeof f);
+	flip_byte(f, 4096 + 7 * part + 5);
+	ASSERT_CODE(get1(s, "k", 7 * part, got, part), KVL_ENOTFOUND);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "checksum");
+	ASSERT_EQ(exists1(s, "k"), 0);
+	hdr_counts(s, &cached, &read);
+	ASSERT_U64(cached, 11);
+	free(p);
+	free(q);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+}
+
 /* ------------------------------------------- tmpfs: buffered, said so */
 
 static void test_tmpfs(void **state)
@@ -755,6 +830,7 @@ static void test_uring_refused(void **state)
 		                                   sizeof buf, &need),
 		            0);
 		ASSERT_CONTAINS(buf, "preads");
+		ASSERT_CONTAINS(buf, "kvlink_store_file_io_uring 0");
 		for (unsigned i = 0; i < 64; i++)
 			ASSERT_CODE(put_obj(s, i), KVL_PUT_STORED);
 		for (unsigned i = 0; i < 64; i++)
@@ -774,7 +850,8 @@ static void test_uring_refused(void **state)
 		int bad = !strstr(kvl_store_errmsg(s), "io_uring refused");
 		bad |= kvl_store_stats_render(s, KVL_STATS_PROMETHEUS, buf,
 		                              sizeof buf, &need) != 0 ||
-		       !strstr(buf, "preads");
+		       !strstr(buf, "preads") ||
+		       !strstr(buf, "kvlink_store_file_io_uring 0");
 		for (unsigned i = 0; i < 64; i++)
 			bad |= put_obj(s, i) != KVL_PUT_STORED;
 		for (unsigned i = 0; i < 64; i++)
@@ -793,6 +870,11 @@ static void test_uring_refused(void **state)
 	/* Back in a process that may use io_uring: the same objects. */
 	kvl_store *s = open_dir(dir, NULL);
 	assert_string_equal(kvl_store_errmsg(s), "");
+	char buf[4096];
+	ASSERT_RC(s, kvl_store_stats_render(s, KVL_STATS_JSON, buf, sizeof buf,
+	                                    NULL),
+	          KVL_OK);
+	ASSERT_CONTAINS(buf, "\"io\":\"uring\"");
 	for (unsigned i = 0; i < 64; i++)
 		ASSERT_EQ(check_obj(s, i), 1);
 	kvl_store_close(s);
@@ -809,6 +891,7 @@ int main(void)
 		cmocka_unit_test(test_get_many_bytes),
 		cmocka_unit_test(test_capacity_two_processes),
 		cmocka_unit_test(test_damaged),
+		cmocka_unit_test(test_header_cache),
 		cmocka_unit_test(test_tmpfs),
 		cmocka_unit_test(test_uring_refused),
 	};

@@ -337,6 +337,7 @@ static void file_close(void *impl)
 	for (unsigned i = 0; i < FILE_POOL; i++)
 		free(f->pool.p[i]);
 	pthread_mutex_destroy(&f->pool.mu);
+	kvl__file_hdrs_destroy(&f->hdrs);
 	free(f);
 }
 
@@ -435,6 +436,7 @@ static int file_open(kvl_store *store, kvl__uri *uri, void **impl,
 		return rc;
 	}
 	pthread_mutex_init(&f->pool.mu, NULL);
+	kvl__file_hdrs_init(&f->hdrs);
 	atomic_init(&f->tmpfile, 1);
 	f->direct = direct;
 	file_probe(f);
@@ -476,6 +478,33 @@ static void file_stats(void *impl, kvl_store_stats *out)
 	out->errors = f->errors;
 }
 
+/* How the store reads, and what its header cache saved. */
+static void file_render(void *impl, kvl__cursor *c, kvl_stats_format format)
+{
+	struct file_store *f = impl;
+	unsigned long long hits = atomic_load(&f->hdrs.hits);
+	unsigned long long misses = atomic_load(&f->hdrs.misses);
+	if (format == KVL_STATS_PROMETHEUS)
+		kvl__put(c,
+		         "# HELP kvlink_store_file_io_uring 1: reads through "
+		         "io_uring, 0: preads on the store's threads\n# TYPE "
+		         "kvlink_store_file_io_uring gauge\n"
+		         "kvlink_store_file_io_uring %d\n"
+		         "# HELP kvlink_store_file_header_pages_total header "
+		         "pages that ranges needed apart from their blocks, "
+		         "copied from the cache or read from disk\n# TYPE "
+		         "kvlink_store_file_header_pages_total counter\n"
+		         "kvlink_store_file_header_pages_total{from=\"cache\"} "
+		         "%llu\nkvlink_store_file_header_pages_total{from="
+		         "\"disk\"} %llu\n",
+		         f->io.uring, hits, misses);
+	else
+		kvl__put(c,
+		         ",\"file\":{\"io\":\"%s\",\"header_pages_cached\":"
+		         "%llu,\"header_pages_read\":%llu}",
+		         f->io.uring ? "uring" : "pread", hits, misses);
+}
+
 const kvl__store_ops kvl__store_file_ops = {
 	.scheme = "file",
 	.open = file_open,
@@ -487,4 +516,5 @@ const kvl__store_ops kvl__store_file_ops = {
 	.stats = file_stats,
 	.size = file_size,
 	.on_evict = file_on_evict,
+	.render = file_render,
 };

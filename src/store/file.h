@@ -204,6 +204,29 @@ _Static_assert(sizeof(file_hdr) <= FILE_KEY_AT, "header overlaps the key");
 _Static_assert(FILE_KEY_AT + KVL_KEY_MAX <= FILE_SUMS_AT,
                "key overlaps the sums");
 
+/* Verified header pages of objects read lately (file_hdrs.c), so that a
+ * range that does not start at the object's first block need not read its
+ * header page again. */
+#define FILE_HDR_BITS 10 /* 1024 pages: 4 MiB, made on the first keep */
+struct file_hdr_slot;
+struct file_hdr_cache {
+	pthread_mutex_t mu;
+	struct file_hdr_slot *slot; /* (mu) */
+	atomic_ullong hits, misses; /* header pages copied / read */
+};
+
+void kvl__file_hdrs_init(struct file_hdr_cache *c);
+void kvl__file_hdrs_destroy(struct file_hdr_cache *c);
+/* 1 and the page of object (gen, h1, h2) copied into out when the cache
+ * has it, else 0 (counted either way). */
+int kvl__file_hdrs_get(struct file_hdr_cache *c, uint64_t gen, uint64_t h1,
+                       uint64_t h2, uint8_t *out);
+/* Keeps a copy of a header page that passed its checks. */
+void kvl__file_hdrs_keep(struct file_hdr_cache *c, uint64_t gen,
+                         uint64_t h1, uint64_t h2, const uint8_t *page);
+/* Forgets generation gen's page (its object failed a check). */
+void kvl__file_hdrs_forget(struct file_hdr_cache *c, uint64_t gen);
+
 /* One open store. Threads: the index has its own lock (file_index.c), the
  * rings theirs (file_io.c), the bounce buffers `pool.mu`; counters are
  * atomics; the rest is immutable after open. */
@@ -224,6 +247,7 @@ struct file_store {
 	atomic_int stop;
 	atomic_ullong swept; /* leftover files the sweeper removed */
 	const kvl__evict_hook *hook; /* victims go to it (set before use) */
+	struct file_hdr_cache hdrs;
 };
 
 /* The smallest block shift that keeps an object's sums in the header. */

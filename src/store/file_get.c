@@ -44,9 +44,17 @@ typedef struct file_key {
 	const kvl_range *rg;
 	size_t nr;
 	size_t hdr_req; /* the read whose buffer starts with the header */
+	uint8_t *hdr;   /* or the header page from the cache (NULL: read) */
+	int whole;      /* a range covers the whole object */
 	size_t first, n; /* its reads */
 	size_t left;     /* of them not yet completed */
 } file_key;
+
+/* Key k's header page: from the cache, or where its read put it. */
+static uint8_t *file_key_hdr(const file_key *k, const kvl__fio_req *rq)
+{
+	return k->hdr ? k->hdr : rq[k->hdr_req].buf;
+}
 
 /* Why key k's reads do not hold its object, or NULL when they do. */
 static const char *file_check(const file_key *k, const kvl__fio_req *rq,
@@ -57,7 +65,7 @@ static const char *file_check(const file_key *k, const kvl__fio_req *rq,
 			return rq[r].res < 0 ? "a read failed"
 			                     : "the file is shorter than its "
 			                       "object";
-	uint8_t *page = rq[k->hdr_req].buf;
+	uint8_t *page = file_key_hdr(k, rq);
 	const char *why = kvl__file_hdr_check(page, k->gen, k->len, k->h1,
 	                                      k->h2, key, strlen(key));
 	if (why)
@@ -72,19 +80,24 @@ static const char *file_check(const file_key *k, const kvl__fio_req *rq,
 	return NULL;
 }
 
-/* Plans the reads of found key k (spans into sp, requests into rq from
- * index *at). */
-static void file_plan(file_key *k, size_t ki, kvl__fio_req *rq,
-                        file_span *sp, size_t *at)
+/* Plans the reads of found key k, number ki of live (spans into sp,
+ * requests into rq from index *at). A key whose ranges miss its first
+ * block needs its header page apart: a copy from the cache, into page ki
+ * of *pages (made on first need), when the cache has it, else a read. */
+static void file_plan(struct file_store *f, file_key *k, size_t ki,
+                      kvl__fio_req *rq, file_span *sp, size_t *at,
+                      uint8_t **pages, size_t live)
 {
 	uint64_t bs = 1ull << kvl__file_block_shift(k->len);
 	uint64_t padded = kvl__file_size(k->len) - FILE_PAGE;
 	k->first = *at;
 	k->hdr_req = SIZE_MAX;
+	k->whole = 0;
 	for (size_t j = 0; j < k->nr; j++) {
 		const kvl_range *r = &k->rg[j];
 		if (!r->len)
 			continue;
+		k->whole |= r->offset == 0 && r->len == k->len;
 		uint64_t b0 = r->offset / bs, b1 = (r->offset + r->len - 1) / bs;
 		uint64_t end = (b1 + 1) * bs < padded ? (b1 + 1) * bs : padded;
 		uint64_t from = FILE_PAGE + b0 * bs;
@@ -99,7 +112,14 @@ static void file_plan(file_key *k, size_t ki, kvl__fio_req *rq,
 		                         .len = (size_t)(FILE_PAGE + end - from)};
 		(*at)++;
 	}
-	if (k->hdr_req == SIZE_MAX) {
+	k->hdr = NULL;
+	if (k->hdr_req == SIZE_MAX && !*pages)
+		*pages = malloc(live * FILE_PAGE);
+	uint8_t *page = *pages ? *pages + ki * FILE_PAGE : NULL;
+	if (k->hdr_req == SIZE_MAX && page &&
+	    kvl__file_hdrs_get(&f->hdrs, k->gen, k->h1, k->h2, page))
+		k->hdr = page;
+	else if (k->hdr_req == SIZE_MAX) {
 		k->hdr_req = *at;
 		sp[*at] = (file_span){ki, SIZE_MAX, 0, 0, 0};
 		rq[*at] = (kvl__fio_req){.fd = k->fd, .off = 0,
@@ -168,8 +188,9 @@ static int file_get_find(kvl_store *store, struct file_store *f,
 		f->hits++;
 		b->results[i] = 0;
 		kmap[*n_found] = i;
-		k[(*n_found)++] = (file_key){h1, h2, f->ix.e[e].gen, len, -1,
-		                             rg, nr, 0, 0, 0, 0};
+		k[(*n_found)++] = (file_key){.h1 = h1, .h2 = h2,
+		                             .gen = f->ix.e[e].gen, .len = len,
+		                             .fd = -1, .rg = rg, .nr = nr};
 	}
 	kvl__fidx_unlock(&f->ix);
 	if (bad != SIZE_MAX)
@@ -219,12 +240,16 @@ static void file_get_done(void *arg, size_t r)
 		return;
 	size_t i = c->kmap[c->sp[r].key];
 	const char *why = file_check(k, c->rq, c->sp, c->b->keys[i]);
+	struct file_store *f = c->f;
 	close(k->fd);
 	if (!why) {
+		if (!k->hdr && !k->whole) /* later ranges copy it */
+			kvl__file_hdrs_keep(&f->hdrs, k->gen, k->h1, k->h2,
+			                    file_key_hdr(k, c->rq));
 		file_copy_out(k, c->rq, c->sp);
 		return;
 	}
-	struct file_store *f = c->f;
+	kvl__file_hdrs_forget(&f->hdrs, k->gen);
 	char p[PATH_MAX];
 	kvl__file_path(f, k->gen, p, sizeof p);
 	file_drop(c->store, f, k->h1, k->h2, k->gen);
@@ -331,10 +356,12 @@ int kvl__file_get(kvl_store *store, void *impl, const kvl__batch *b)
 		kvl__fio_req *rq = malloc(n_reqs * (sizeof *rq + sizeof(file_span)));
 		file_span *sp = (file_span *)(void *)(rq + n_reqs);
 		size_t at = 0;
+		uint8_t *pages = NULL; /* header pages from the cache */
 		for (size_t x = 0; x < live; x++) {
 			k[x].left = SIZE_MAX; /* not read */
 			if (rq)
-				file_plan(&k[x], x, rq, sp, &at);
+				file_plan(f, &k[x], x, rq, sp, &at, &pages,
+				          live);
 		}
 		file_get_ctx ctx = {store, f, b, k, kmap, rq, sp, 0};
 		if (!rq || file_read_segments(&ctx, live) < 0)
@@ -347,6 +374,7 @@ int kvl__file_get(kvl_store *store, void *impl, const kvl__batch *b)
 					"kvl_store_get: out of memory for the "
 					"reads of %zu keys", live);
 			}
+		free(pages);
 		free(rq);
 	}
 	return 0;
