@@ -21,8 +21,9 @@
  *   --batch   keys per get call (default 8; the linker asks for a layer
  *             of every page of a batch in one call)
  *   --layers  read each object as L equal ranges, one call per range over
- *             the batch, as the linker's layer-wise loads do (default 1:
- *             whole); the raw reads then read L parts of each file
+ *             the batch, the batch held for its calls, as the linker's
+ *             layer-wise loads do (default 1: whole); the raw reads then
+ *             read L parts of each file
  * Not a test: nothing here fails on a slow machine.
  */
 #include <dirent.h>
@@ -37,6 +38,7 @@
 #include <unistd.h>
 
 #include "kvlink.h"
+#include "store/store.h" /* batch holds, as the linker takes them */
 
 static double now_s(void)
 {
@@ -80,7 +82,8 @@ static double read_store(const char *uri, unsigned m, size_t size,
 	kvl_range *rg = calloc(batch, sizeof *rg);
 	size_t *nr = calloc(batch, sizeof *nr);
 	int *res = calloc(batch, sizeof *res);
-	if (!names || !keys || !rg || !nr || !res)
+	int *held = calloc(batch, sizeof *held);
+	if (!names || !keys || !rg || !nr || !res || !held)
 		exit(1);
 	size_t part = size / layers;
 	double t0 = now_s();
@@ -91,6 +94,8 @@ static double read_store(const char *uri, unsigned m, size_t size,
 			keys[k] = names[k];
 			nr[k] = 1;
 		}
+		if (layers > 1) /* the linker holds a batch for its layers */
+			kvl__store_hold(s, keys, n, held);
 		for (unsigned l = 0; l < layers; l++) {
 			for (unsigned k = 0; k < n; k++)
 				rg[k] = (kvl_range){(uint64_t)l * part,
@@ -106,6 +111,8 @@ static double read_store(const char *uri, unsigned m, size_t size,
 				exit(1);
 			}
 		}
+		if (layers > 1)
+			kvl__store_unhold(s, keys, n, held);
 	}
 	double t = now_s() - t0;
 	kvl_store_close(s);
@@ -114,6 +121,7 @@ static double read_store(const char *uri, unsigned m, size_t size,
 	free(rg);
 	free(nr);
 	free(res);
+	free(held);
 	return t;
 }
 

@@ -43,6 +43,7 @@
 #include "support/tmpdir.h"
 
 #include "kvl_config.h"
+#include "store/store.h"
 #include "kvlink.h"
 
 /* --------------------------------------------------------------- helpers */
@@ -673,6 +674,90 @@ static void test_damaged(void **state)
 	free(p);
 }
 
+/* ------------------------------------------------------------- holds */
+
+static int hold_keys(kvl_store *s, const char *const *keys, size_t n,
+                     int *res)
+{
+	for (size_t i = 0; i < n; i++)
+		res[i] = 99;
+	return kvl__store_hold(s, keys, n, res);
+}
+
+/* A held object is read through its own descriptor: after a remove or an
+ * eviction it still reads its bytes here (and nowhere else), a key put
+ * again reads its new bytes, and once the last hold goes it is gone. */
+static void test_holds(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-holds");
+	kvl_store *s = open_dir(dir, "capacity=1MiB");
+	const size_t len = 100000;
+	uint8_t *a = pattern(len, 21), *a2 = pattern(len, 22),
+		*b = pattern(len, 23), *got = malloc(len);
+	assert_non_null(got);
+	ASSERT_CODE(put1(s, "a", a, len), KVL_PUT_STORED);
+	ASSERT_CODE(put1(s, "b", b, len), KVL_PUT_STORED);
+	const char *keys[3] = {"a", "b", "c"};
+	int res[3];
+	ASSERT_CODE(hold_keys(s, keys, 3, res), KVL_OK);
+	ASSERT_CODE(res[0], 1);
+	ASSERT_CODE(res[1], 1);
+	ASSERT_CODE(res[2], 0); /* absent */
+	ASSERT_CODE(hold_keys(s, keys, 1, res), KVL_OK); /* "a" twice */
+	ASSERT_CODE(res[0], 1);
+
+	/* Removed: gone for lookups, still read by the holder. */
+	ASSERT_EQ(remove1(s, "a"), 1);
+	ASSERT_EQ(exists1(s, "a"), 0);
+	ASSERT_EQ(get1(s, "a", 0, got, len), (int64_t)len);
+	assert_memory_equal(got, a, len);
+	ASSERT_EQ(get1(s, "a", 5000, got, 3000), 3000); /* a layer of it */
+	assert_memory_equal(got, a + 5000, 3000);
+
+	/* Evicted by puts that fill the capacity: still read. */
+	for (unsigned i = 0; i < 12; i++) {
+		char k[16];
+		snprintf(k, sizeof k, "fill%u", i);
+		ASSERT_CODE(put1(s, k, a2, len), KVL_PUT_STORED);
+	}
+	ASSERT_EQ(exists1(s, "b"), 0);
+	ASSERT_EQ(get1(s, "b", 0, got, len), (int64_t)len);
+	assert_memory_equal(got, b, len);
+
+	/* Put again: the new object is the one read. */
+	ASSERT_CODE(put1(s, "a", a2, len), KVL_PUT_STORED);
+	ASSERT_EQ(get1(s, "a", 0, got, len), (int64_t)len);
+	assert_memory_equal(got, a2, len);
+	ASSERT_EQ(remove1(s, "a"), 1);
+	ASSERT_EQ(get1(s, "a", 0, got, len), (int64_t)len); /* held: old */
+	assert_memory_equal(got, a, len);
+
+	/* Let go: one hold of "a" is left, none of "b". */
+	ASSERT_CODE(kvl__store_unhold(s, keys, 2, res), KVL_OK);
+	ASSERT_CODE(res[0], 0);
+	ASSERT_CODE(res[1], 0);
+	ASSERT_CODE(get1(s, "b", 0, got, len), KVL_ENOTFOUND);
+	ASSERT_EQ(get1(s, "a", 0, got, len), (int64_t)len);
+	ASSERT_CODE(kvl__store_unhold(s, keys, 1, res), KVL_OK);
+	ASSERT_CODE(get1(s, "a", 0, got, len), KVL_ENOTFOUND);
+	ASSERT_CODE(kvl__store_unhold(s, keys, 1, res), KVL_OK);
+	ASSERT_CODE(res[0], KVL_ENOTFOUND);
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "not held");
+
+	/* Closing with holds left lets them go. */
+	ASSERT_CODE(put1(s, "d", b, len), KVL_PUT_STORED);
+	const char *d = "d";
+	ASSERT_CODE(hold_keys(s, &d, 1, res), KVL_OK);
+	ASSERT_CODE(res[0], 1);
+	kvl_store_close(s);
+	free(a);
+	free(a2);
+	free(b);
+	free(got);
+	tmpdir_remove(dir);
+}
+
 /* ---------------------------------------------------- the header cache */
 
 /* The header pages the store copied from its cache and read from disk for
@@ -892,6 +977,7 @@ int main(void)
 		cmocka_unit_test(test_capacity_two_processes),
 		cmocka_unit_test(test_damaged),
 		cmocka_unit_test(test_header_cache),
+		cmocka_unit_test(test_holds),
 		cmocka_unit_test(test_tmpfs),
 		cmocka_unit_test(test_uring_refused),
 	};

@@ -338,6 +338,7 @@ static void file_close(void *impl)
 		free(f->pool.p[i]);
 	pthread_mutex_destroy(&f->pool.mu);
 	kvl__file_hdrs_destroy(&f->hdrs);
+	kvl__file_holds_destroy(&f->holds);
 	free(f);
 }
 
@@ -437,6 +438,7 @@ static int file_open(kvl_store *store, kvl__uri *uri, void **impl,
 	}
 	pthread_mutex_init(&f->pool.mu, NULL);
 	kvl__file_hdrs_init(&f->hdrs);
+	kvl__file_holds_init(&f->holds);
 	atomic_init(&f->tmpfile, 1);
 	f->direct = direct;
 	file_probe(f);
@@ -516,5 +518,7 @@ const kvl__store_ops kvl__store_file_ops = {
 	.stats = file_stats,
 	.size = file_size,
 	.on_evict = file_on_evict,
+	.hold = kvl__file_hold,
+	.unhold = kvl__file_unhold,
 	.render = file_render,
 };

@@ -227,6 +227,25 @@ void kvl__file_hdrs_keep(struct file_hdr_cache *c, uint64_t gen,
 /* Forgets generation gen's page (its object failed a check). */
 void kvl__file_hdrs_forget(struct file_hdr_cache *c, uint64_t gen);
 
+/* Objects held for a batch (file_hold.c): each keeps an open descriptor
+ * of its file, so that the batch's reads need no open and still find an
+ * object evicted or removed since. */
+struct file_held;
+struct file_holds {
+	pthread_mutex_t mu;
+	struct file_held **slot; /* chains; n_slots a power of two (mu) */
+	size_t n_slots, n;       /* (mu) */
+};
+
+void kvl__file_holds_init(struct file_holds *h);
+void kvl__file_holds_destroy(struct file_holds *h); /* closes them all */
+/* 1 when key (h1, h2) is held: its generation, length and a new
+ * descriptor of its file (the caller closes it); else 0. */
+int kvl__file_held(struct file_holds *h, uint64_t h1, uint64_t h2,
+                   uint64_t *gen, uint64_t *len, int *fd);
+int kvl__file_hold(kvl_store *store, void *impl, const kvl__batch *b);
+int kvl__file_unhold(kvl_store *store, void *impl, const kvl__batch *b);
+
 /* One open store. Threads: the index has its own lock (file_index.c), the
  * rings theirs (file_io.c), the bounce buffers `pool.mu`; counters are
  * atomics; the rest is immutable after open. */
@@ -248,6 +267,7 @@ struct file_store {
 	atomic_ullong swept; /* leftover files the sweeper removed */
 	const kvl__evict_hook *hook; /* victims go to it (set before use) */
 	struct file_hdr_cache hdrs;
+	struct file_holds holds;
 };
 
 /* The smallest block shift that keeps an object's sums in the header. */

@@ -15,7 +15,9 @@
  * never reads as data: no byte reaches the caller before its key passed.
  *
  * A file that vanished between the lookup and the open was evicted or
- * removed meanwhile: a miss, not an error.
+ * removed meanwhile: a miss, not an error. A held key (file_hold.c) comes
+ * with a descriptor of its file and needs no open; it is read even when
+ * the index no longer has it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -150,9 +152,20 @@ static int file_get_find(kvl_store *store, struct file_store *f,
                          const file_hashes *hs, size_t rg_at, file_key *k,
                          size_t *kmap, size_t *n_found)
 {
+	/* Held objects (file_hold.c) come with a descriptor of their own. */
+	uint64_t hgen[FILE_CHUNK], hlen[FILE_CHUNK];
+	int hfd[FILE_CHUNK];
+	for (size_t x = 0; x < cn; x++)
+		if (!kvl__file_held(&f->holds, hs->h1[x], hs->h2[x], &hgen[x],
+		                    &hlen[x], &hfd[x]))
+			hfd[x] = -1;
 	int rc = kvl__file_lock(store, f, b->fn);
-	if (rc < 0)
+	if (rc < 0) {
+		for (size_t x = 0; x < cn; x++)
+			if (hfd[x] >= 0)
+				close(hfd[x]);
 		return rc;
+	}
 	size_t bad = SIZE_MAX, bad_range = 0;
 	uint64_t bad_len = 0;
 	const kvl_range *bad_rg = NULL;
@@ -161,19 +174,28 @@ static int file_get_find(kvl_store *store, struct file_store *f,
 		size_t nr = b->counts[i];
 		const kvl_range *rg = nr ? b->ranges + rg_at : NULL;
 		rg_at += nr;
-		uint64_t h1 = hs->h1[i - base], h2 = hs->h2[i - base];
+		size_t x = i - base;
+		uint64_t h1 = hs->h1[x], h2 = hs->h2[x];
 		uint32_t e = kvl__fidx_find(&f->ix, h1, h2);
-		if (e == FIDX_NONE) {
+		if (e != FIDX_NONE && hfd[x] >= 0 && f->ix.e[e].gen != hgen[x]) {
+			close(hfd[x]); /* put again since: read the new one */
+			hfd[x] = -1;
+		}
+		if (e == FIDX_NONE && hfd[x] < 0) {
 			b->results[i] = KVL_ENOTFOUND;
 			f->misses++;
 			continue;
 		}
-		uint64_t len = f->ix.e[e].len;
+		/* Evicted or removed since its hold: its file still reads. */
+		uint64_t len = e != FIDX_NONE ? f->ix.e[e].len : hlen[x];
+		uint64_t gen = e != FIDX_NONE ? f->ix.e[e].gen : hgen[x];
 		size_t j = 0;
 		while (j < nr && rg[j].offset <= len &&
 		       rg[j].len <= len - rg[j].offset)
 			j++;
 		if (j < nr) {
+			if (hfd[x] >= 0)
+				close(hfd[x]);
 			b->results[i] = KVL_ERANGE;
 			f->errors++;
 			if (bad == SIZE_MAX) {
@@ -184,13 +206,14 @@ static int file_get_find(kvl_store *store, struct file_store *f,
 			}
 			continue;
 		}
-		kvl__fidx_touch(&f->ix, e);
+		if (e != FIDX_NONE)
+			kvl__fidx_touch(&f->ix, e);
 		f->hits++;
 		b->results[i] = 0;
 		kmap[*n_found] = i;
-		k[(*n_found)++] = (file_key){.h1 = h1, .h2 = h2,
-		                             .gen = f->ix.e[e].gen, .len = len,
-		                             .fd = -1, .rg = rg, .nr = nr};
+		k[(*n_found)++] = (file_key){.h1 = h1, .h2 = h2, .gen = gen,
+		                             .len = len, .fd = hfd[x],
+		                             .rg = rg, .nr = nr};
 	}
 	kvl__fidx_unlock(&f->ix);
 	if (bad != SIZE_MAX)
@@ -262,6 +285,52 @@ static void file_get_done(void *arg, size_t r)
 	          c->b->keys[i], p, why);
 }
 
+/* Opens the files of the nk found keys of a chunk (held ones have theirs)
+ * and keeps, packed in k and kmap, those left to read: returns how many,
+ * and adds their reads at most to *n_reqs. A key without bytes to read is
+ * done; a file gone since the lookup is a miss. */
+static size_t file_open_keys(kvl_store *store, struct file_store *f,
+                             const kvl__batch *b, file_key *k, size_t *kmap,
+                             size_t nk, size_t *n_reqs)
+{
+	size_t live = 0;
+	for (size_t x = 0; x < nk; x++) {
+		size_t any = 0, i = kmap[x];
+		for (size_t j = 0; j < k[x].nr; j++)
+			any += k[x].rg[j].len != 0;
+		if (!any) {
+			if (k[x].fd >= 0) /* held: nothing to read */
+				close(k[x].fd);
+			continue;
+		}
+		if (k[x].fd < 0) {
+			char p[PATH_MAX];
+			kvl__file_path(f, k[x].gen, p, sizeof p);
+			k[x].fd = open(p, O_RDONLY | O_CLOEXEC |
+			                  (f->direct ? O_DIRECT : 0));
+			int e = errno;
+			if (k[x].fd < 0 && e == ENOENT) { /* evicted since */
+				b->results[i] = KVL_ENOTFOUND;
+				f->hits--;
+				f->misses++;
+				continue;
+			}
+			if (k[x].fd < 0) {
+				b->results[i] = kvl__fail(
+					&store->err, KVL_EIO,
+					"kvl_store_get: key \"%s\": cannot open "
+					"%s: %s", b->keys[i], p, strerror(e));
+				f->errors++;
+				continue;
+			}
+		}
+		*n_reqs += any + 1;
+		k[live] = k[x];
+		kmap[live++] = kmap[x];
+	}
+	return live;
+}
+
 /* Reads the planned keys k[0..live) in segments of consecutive keys
  * whose reads fit in one bounce buffer of FILE_POOL_MAX bytes (a larger
  * key alone), so that the buffer is kept for reuse: a fresh one would cost
@@ -319,38 +388,7 @@ int kvl__file_get(kvl_store *store, void *impl, const kvl__batch *b)
 			rg_at += b->counts[i];
 		if (rc < 0)
 			return kvl__file_fail_rest(b, base, rc);
-		/* Open the files; a key without bytes to read is done. */
-		size_t live = 0;
-		for (size_t x = 0; x < nk; x++) {
-			size_t any = 0;
-			for (size_t j = 0; j < k[x].nr; j++)
-				any += k[x].rg[j].len != 0;
-			if (!any)
-				continue;
-			char p[PATH_MAX];
-			kvl__file_path(f, k[x].gen, p, sizeof p);
-			k[x].fd = open(p, O_RDONLY | O_CLOEXEC |
-			                  (f->direct ? O_DIRECT : 0));
-			if (k[x].fd < 0) {
-				int e = errno;
-				size_t i = kmap[x];
-				if (e == ENOENT) { /* evicted or removed since */
-					b->results[i] = KVL_ENOTFOUND;
-					f->hits--;
-					f->misses++;
-					continue;
-				}
-				b->results[i] = kvl__fail(
-					&store->err, KVL_EIO,
-					"kvl_store_get: key \"%s\": cannot open "
-					"%s: %s", b->keys[i], p, strerror(e));
-				f->errors++;
-				continue;
-			}
-			n_reqs += any + 1;
-			k[live] = k[x];
-			kmap[live++] = kmap[x];
-		}
+		size_t live = file_open_keys(store, f, b, k, kmap, nk, &n_reqs);
 		if (!live)
 			continue;
 		kvl__fio_req *rq = malloc(n_reqs * (sizeof *rq + sizeof(file_span)));
