@@ -14,6 +14,7 @@
  *          >= 0.9).
  *
  * Usage: bench_file DIR [--objects N] [--size KIB] [--count M] [--batch B]
+ *                  [--layers L] [--opts K=V&...]
  *   DIR       an empty directory on the device to measure (it is filled)
  *   --objects objects for the open measurement (default 100000)
  *   --size    object size for the read measurement (default 4096 KiB)
@@ -24,6 +25,7 @@
  *             the batch, the batch held for its calls, as the linker's
  *             layer-wise loads do (default 1: whole); the raw reads then
  *             read L parts of each file
+ *   --opts    more options of the store read, e.g. check_threads=0
  * Not a test: nothing here fails on a slow machine.
  */
 #include <dirent.h>
@@ -214,11 +216,12 @@ int main(int argc, char **argv)
 	if (argc < 2) {
 		fprintf(stderr, "usage: bench_file DIR [--objects N] "
 		                "[--size KIB] [--count M] [--batch B] "
-		                "[--layers L]\n");
+		                "[--layers L] [--opts K=V&...]\n");
 		return 2;
 	}
 	const char *dir = argv[1];
 	unsigned long objects = 100000, count = 256, batch = 8, layers = 1;
+	const char *opts = NULL;
 	size_t size = 4096u << 10;
 	for (int i = 2; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--objects"))
@@ -231,6 +234,8 @@ int main(int argc, char **argv)
 			batch = strtoul(argv[i + 1], NULL, 10);
 		else if (!strcmp(argv[i], "--layers"))
 			layers = strtoul(argv[i + 1], NULL, 10);
+		else if (!strcmp(argv[i], "--opts"))
+			opts = argv[i + 1];
 	}
 	if (!layers || size % (layers * 4096u)) {
 		fprintf(stderr, "bench_file: --layers must divide the size "
@@ -277,7 +282,8 @@ int main(int argc, char **argv)
 	/* Reads against raw O_DIRECT. */
 	snprintf(sub, sizeof sub, "%s/read", dir);
 	mkdir(sub, 0755);
-	snprintf(uri, sizeof uri, "file:%s?capacity=1TiB", sub);
+	snprintf(uri, sizeof uri, "file:%s?capacity=1TiB%s%.200s", sub,
+	         opts ? "&" : "", opts ? opts : "");
 	unsigned slots = batch > RAW_THREADS_MAX ? (unsigned)batch : RAW_THREADS_MAX;
 	uint8_t *buf = aligned_alloc(4096, (size_t)slots * size + 4096);
 	if (!buf)

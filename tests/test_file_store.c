@@ -241,6 +241,8 @@ static void test_bad_open(void **state)
 	open_fails(u, KVL_EPARSE, "io=aio");
 	snprintf(u, sizeof u, "file:%s?capacity=1MiB&max_objects=0", root);
 	open_fails(u, KVL_EPARSE, "max_objects=0");
+	snprintf(u, sizeof u, "file:%s?capacity=1MiB&check_threads=5", root);
+	open_fails(u, KVL_EPARSE, "check_threads=5");
 	open_fails("file://host/dir?capacity=1MiB", KVL_EPARSE, "host");
 	open_fails("file:?capacity=1MiB", KVL_EPARSE, "absolute");
 
@@ -674,6 +676,74 @@ static void test_damaged(void **state)
 	free(p);
 }
 
+/* -------------------------------------------------- checker threads */
+
+/* Gets checked on checker threads (check_threads=3, whatever the cores):
+ * every key of calls over two chunks reads its own bytes, whole or a
+ * range, and a damaged one among them is found and dropped, with the
+ * caller's message saying why. */
+static void test_check_threads(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-checkers");
+	kvl_store *s = open_dir(dir, "capacity=64MiB&check_threads=3");
+	enum { N = 45 };
+	char names[N][32];
+	const char *keys[N];
+	kvl_range rg[N];
+	size_t nr[N];
+	int res[N];
+	for (unsigned i = 0; i < N; i++) {
+		ASSERT_CODE(put_obj(s, i), KVL_PUT_STORED);
+		obj_key(names[i], sizeof names[i], i);
+		keys[i] = names[i];
+		nr[i] = 1;
+	}
+	for (int round = 0; round < 2; round++) {
+		for (unsigned i = 0; i < N; i++) {
+			size_t len = obj_len(i), off = round && len > 10 ? len / 3 : 0;
+			rg[i] = (kvl_range){off, malloc(len - off), len - off};
+			assert_non_null(rg[i].addr);
+		}
+		ASSERT_CODE(kvl_store_get(s, keys, N, rg, nr, res), KVL_OK);
+		for (unsigned i = 0; i < N; i++) {
+			ASSERT_CODE_MSG(res[i], 0, "key %u, round %d", i, round);
+			uint8_t *want = pattern(obj_len(i), i);
+			ASSERT_TRUE_MSG(memcmp(rg[i].addr, want + rg[i].offset,
+			                       rg[i].len) == 0,
+			                "key %u read wrong bytes", i);
+			free(want);
+			free(rg[i].addr);
+		}
+	}
+	/* Damage one object's payload: only it fails, and is dropped. */
+	kvl_store_close(s);
+	s = open_dir(dir, "check_threads=3");
+	char key[32], path[4300];
+	obj_key(key, sizeof key, 7);
+	for (unsigned i = 0; i < N; i++)
+		if (i != 7)
+			ASSERT_EQ(remove1(s, keys[i]), 1);
+	only_file(dir, path, sizeof path);
+	flip_byte(path, 4096 + obj_len(7) / 2);
+	for (unsigned i = 0; i < N; i++)
+		if (i != 7)
+			ASSERT_CODE(put_obj(s, i), KVL_PUT_STORED);
+	for (unsigned i = 0; i < N; i++) {
+		rg[i] = (kvl_range){0, malloc(obj_len(i)), obj_len(i)};
+		assert_non_null(rg[i].addr);
+	}
+	ASSERT_CODE(kvl_store_get(s, keys, N, rg, nr, res), KVL_OK);
+	for (unsigned i = 0; i < N; i++) {
+		ASSERT_CODE_MSG(res[i], i == 7 ? KVL_ENOTFOUND : 0, "key %u", i);
+		free(rg[i].addr);
+	}
+	ASSERT_CONTAINS(kvl_store_errmsg(s), "checksum");
+	ASSERT_EQ(exists1(s, key), 0);
+	kvl_store_close(s);
+	tmpdir_remove(dir);
+}
+
 /* ------------------------------------------------------------- holds */
 
 static int hold_keys(kvl_store *s, const char *const *keys, size_t n,
@@ -978,6 +1048,7 @@ int main(void)
 		cmocka_unit_test(test_damaged),
 		cmocka_unit_test(test_header_cache),
 		cmocka_unit_test(test_holds),
+		cmocka_unit_test(test_check_threads),
 		cmocka_unit_test(test_tmpfs),
 		cmocka_unit_test(test_uring_refused),
 	};

@@ -333,6 +333,7 @@ static void file_close(void *impl)
 		pthread_join(f->sweeper, NULL);
 	}
 	kvl__fio_destroy(&f->io);
+	kvl__file_checkers_destroy(&f->checkers);
 	kvl__fidx_close(&f->ix);
 	for (unsigned i = 0; i < FILE_POOL; i++)
 		free(f->pool.p[i]);
@@ -415,6 +416,17 @@ static int file_open(kvl_store *store, kvl__uri *uri, void **impl,
 		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
 		                     "file: store option io=%s: uring or pread",
 		                     io);
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t checkers = cores > 2 ? (uint64_t)cores - 1 : 0;
+	checkers = checkers < FILE_CHECKERS ? checkers : FILE_CHECKERS;
+	rc = kvl__uri_u64(uri, "check_threads", &checkers, errbuf, errlen);
+	if (rc < 0)
+		return rc;
+	if (checkers > FILE_CHECKERS)
+		return kvl__fail_buf(errbuf, errlen, KVL_EPARSE,
+		                     "file: store option check_threads=%llu: 0 "
+		                     "(the caller checks what it reads) to %u",
+		                     (unsigned long long)checkers, FILE_CHECKERS);
 	/* Every option is read (the door's before this): refuse a typo
 	 * before the directory is touched. */
 	rc = kvl__uri_check_unused(uri, errbuf, errlen);
@@ -439,6 +451,7 @@ static int file_open(kvl_store *store, kvl__uri *uri, void **impl,
 	pthread_mutex_init(&f->pool.mu, NULL);
 	kvl__file_hdrs_init(&f->hdrs);
 	kvl__file_holds_init(&f->holds);
+	kvl__file_checkers_init(&f->checkers, (unsigned)checkers);
 	atomic_init(&f->tmpfile, 1);
 	f->direct = direct;
 	file_probe(f);

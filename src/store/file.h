@@ -246,6 +246,35 @@ int kvl__file_held(struct file_holds *h, uint64_t h1, uint64_t h2,
 int kvl__file_hold(kvl_store *store, void *impl, const kvl__batch *b);
 int kvl__file_unhold(kvl_store *store, void *impl, const kvl__batch *b);
 
+/* The threads that check and copy out what a get read (file_check.c). */
+#define FILE_CHECKERS 4u
+struct file_check_job {
+	struct file_check_job *next;
+	void (*fn)(void *arg, size_t x);
+	void *arg;
+	size_t x;
+	unsigned *pending; /* the call's jobs not yet done (the pool's mu) */
+};
+struct file_checkers {
+	pthread_mutex_t mu;
+	pthread_cond_t work, done;
+	struct file_check_job *head, *tail; /* (mu) */
+	pthread_t threads[FILE_CHECKERS];
+	unsigned n, want;                    /* (mu) started, to start */
+	int failed, stop;                    /* (mu) */
+};
+
+/* A pool that will start up to `want` threads (0: none). */
+void kvl__file_checkers_init(struct file_checkers *p, unsigned want);
+void kvl__file_checkers_destroy(struct file_checkers *p);
+/* Starts the threads on first use: 1 when there are any (queue jobs),
+ * 0 (check on the caller's thread). */
+int kvl__file_checkers_on(struct file_checkers *p);
+/* Queues j (counted in *j->pending, which the pool's mutex guards). */
+void kvl__file_check_queue(struct file_checkers *p, struct file_check_job *j);
+/* Returns once *pending is 0, running queued jobs meanwhile. */
+void kvl__file_check_wait(struct file_checkers *p, unsigned *pending);
+
 /* One open store. Threads: the index has its own lock (file_index.c), the
  * rings theirs (file_io.c), the bounce buffers `pool.mu`; counters are
  * atomics; the rest is immutable after open. */
@@ -268,6 +297,7 @@ struct file_store {
 	const kvl__evict_hook *hook; /* victims go to it (set before use) */
 	struct file_hdr_cache hdrs;
 	struct file_holds holds;
+	struct file_checkers checkers;
 };
 
 /* The smallest block shift that keeps an object's sums in the header. */

@@ -6,7 +6,9 @@
  * the blocks it touches, the header page with the first), reads them all
  * at once (file_io.c) into a bounce buffer (in segments of up to 64 MiB,
  * so the buffer is kept for reuse), and checks and copies out each key as
- * its last read completes, while the rest are still in flight.
+ * its last read completes, while the rest are still in flight (on checker
+ * threads where there are cores for them: file_check.c; a key that fails
+ * is dropped on the caller's thread, which says why).
  *
  * What a get checks: the header (its sum, the key, the generation and
  * length the index gave) and every block's sum. An object that fails is
@@ -48,6 +50,8 @@ typedef struct file_key {
 	size_t hdr_req; /* the read whose buffer starts with the header */
 	uint8_t *hdr;   /* or the header page from the cache (NULL: read) */
 	int whole;      /* a range covers the whole object */
+	const char *why; /* why it failed its check, or NULL */
+	struct file_check_job job; /* its check, on a checker thread */
 	size_t first, n; /* its reads */
 	size_t left;     /* of them not yet completed */
 } file_key;
@@ -236,6 +240,8 @@ typedef struct file_get_ctx {
 	const kvl__fio_req *rq;
 	const file_span *sp;
 	size_t base; /* the segment's first read (file_read_segments) */
+	int checkers;     /* checks go to the checker threads */
+	unsigned pending; /* of them not yet done (the checkers' mu) */
 } file_get_ctx;
 
 /* Takes key (h1, h2) of generation gen out of the index, if it is still
@@ -252,26 +258,29 @@ static void file_drop(kvl_store *store, struct file_store *f, uint64_t h1,
 	kvl__file_unlink_gens(f, &gen, 1);
 }
 
-/* Read r completed; when it was its key's last, the key is checked and
- * copied out, or dropped as damaged. */
-static void file_get_done(void *arg, size_t r)
+/* Checks key x, read whole, and copies it out when it passed (on any
+ * thread: it touches key x alone); its `why` says why not. */
+static void file_check_key(void *arg, size_t x)
 {
 	file_get_ctx *c = arg;
-	r += c->base;
-	file_key *k = &c->k[c->sp[r].key];
-	if (--k->left)
-		return;
-	size_t i = c->kmap[c->sp[r].key];
-	const char *why = file_check(k, c->rq, c->sp, c->b->keys[i]);
-	struct file_store *f = c->f;
+	file_key *k = &c->k[x];
+	k->why = file_check(k, c->rq, c->sp, c->b->keys[c->kmap[x]]);
 	close(k->fd);
-	if (!why) {
-		if (!k->hdr && !k->whole) /* later ranges copy it */
-			kvl__file_hdrs_keep(&f->hdrs, k->gen, k->h1, k->h2,
-			                    file_key_hdr(k, c->rq));
-		file_copy_out(k, c->rq, c->sp);
+	if (k->why)
 		return;
-	}
+	if (!k->hdr && !k->whole) /* later ranges copy it */
+		kvl__file_hdrs_keep(&c->f->hdrs, k->gen, k->h1, k->h2,
+		                    file_key_hdr(k, c->rq));
+	file_copy_out(k, c->rq, c->sp);
+}
+
+/* Key x failed its check: it is dropped as damaged (on the caller's
+ * thread, which says why). */
+static void file_key_damaged(file_get_ctx *c, size_t x)
+{
+	file_key *k = &c->k[x];
+	struct file_store *f = c->f;
+	size_t i = c->kmap[x];
 	kvl__file_hdrs_forget(&f->hdrs, k->gen);
 	char p[PATH_MAX];
 	kvl__file_path(f, k->gen, p, sizeof p);
@@ -282,7 +291,26 @@ static void file_get_done(void *arg, size_t r)
 	f->errors++;
 	kvl__fail(&c->store->err, KVL_ENOTFOUND,
 	          "kvl_store_get: key \"%s\": %s: %s; the object was removed",
-	          c->b->keys[i], p, why);
+	          c->b->keys[i], p, k->why);
+}
+
+/* Read r completed; when it was its key's last, the key is checked and
+ * copied out, here or by a checker thread (file_check.c). */
+static void file_get_done(void *arg, size_t r)
+{
+	file_get_ctx *c = arg;
+	r += c->base;
+	size_t x = c->sp[r].key;
+	file_key *k = &c->k[x];
+	if (--k->left)
+		return;
+	if (!c->checkers) {
+		file_check_key(c, x);
+		return;
+	}
+	k->job = (struct file_check_job){.fn = file_check_key, .arg = c,
+	                                 .x = x, .pending = &c->pending};
+	kvl__file_check_queue(&c->f->checkers, &k->job);
 }
 
 /* Opens the files of the nk found keys of a chunk (held ones have theirs)
@@ -367,6 +395,11 @@ static int file_read_segments(file_get_ctx *c, size_t live)
 			k[x].left = k[x].n;
 		c->base = r0;
 		kvl__fio_read(&c->f->io, rq + r0, r1 - r0, file_get_done, c);
+		if (c->checkers)
+			kvl__file_check_wait(&c->f->checkers, &c->pending);
+		for (size_t x = x0; x < x1; x++)
+			if (k[x].why)
+				file_key_damaged(c, x);
 	}
 	kvl__file_bounce_put(c->f, buf, cap);
 	return 0;
@@ -401,7 +434,10 @@ int kvl__file_get(kvl_store *store, void *impl, const kvl__batch *b)
 				file_plan(f, &k[x], x, rq, sp, &at, &pages,
 				          live);
 		}
-		file_get_ctx ctx = {store, f, b, k, kmap, rq, sp, 0};
+		file_get_ctx ctx = {store, f, b, k, kmap, rq, sp, 0,
+		                    live > 1 && kvl__file_checkers_on(
+		                                        &f->checkers),
+		                    0};
 		if (!rq || file_read_segments(&ctx, live) < 0)
 			for (size_t x = 0; x < live; x++) {
 				if (k[x].left != SIZE_MAX)
