@@ -741,7 +741,7 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       layer. A master down at open is KVL_EIO.
  *       See docs/mooncake.md.
  *   file:/path/to/dir[?capacity=SIZE][&max_objects=N][&io=uring|pread]
- *       [&direct=0|1]
+ *       [&direct=0|1][&check_threads=N]
  *       Object files in an existing local directory, shared by every
  *       process of the node that opens it and kept across restarts.
  *       capacity: bytes of objects, each costing its length plus 4 KiB
@@ -750,7 +750,9 @@ KVL_API int kvl_layout_pool_pages(const kvl_layout *layout, int pool,
  *       index's size, fixed when it is made (default capacity / 16 KiB,
  *       1024 to 4 M). io: reads through io_uring (default, where the
  *       build and the kernel allow it) or preads. direct: O_DIRECT I/O
- *       (default 1; buffered where the file system refuses it). Exact LRU
+ *       (default 1; buffered where the file system refuses it).
+ *       check_threads: threads that check what gets read, 0 to 4
+ *       (default one fewer than the cores, 0 with two or fewer). Exact LRU
  *       across processes. A missing directory is KVL_EIO, a path that is
  *       not one KVL_EINVAL. A handle is its opener's: a forked child
  *       opens its own. See docs/stores.md.
