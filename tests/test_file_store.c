@@ -815,11 +815,24 @@ static void test_holds(void **state)
 	ASSERT_CODE(res[0], KVL_ENOTFOUND);
 	ASSERT_CONTAINS(kvl_store_errmsg(s), "not held");
 
-	/* Closing with holds left lets them go. */
+	/* A hold that cannot reach the index (a forked child on its
+	 * parent's handle) holds nothing, not even a key held already. */
 	ASSERT_CODE(put1(s, "d", b, len), KVL_PUT_STORED);
 	const char *d = "d";
 	ASSERT_CODE(hold_keys(s, &d, 1, res), KVL_OK);
 	ASSERT_CODE(res[0], 1);
+	pid_t c = fork();
+	if (c == 0) {
+		int bad = hold_keys(s, &d, 1, res) != KVL_EINVAL ||
+		          res[0] != KVL_EINVAL;
+		bad |= kvl__store_unhold(s, &d, 1, res) || res[0] != 0;
+		bad |= kvl__store_unhold(s, &d, 1, res) ||
+		       res[0] != KVL_ENOTFOUND; /* only the parent's was left */
+		_exit(bad);
+	}
+	ASSERT_EQ(wait_child(c), 0);
+
+	/* Closing with holds left lets them go. */
 	kvl_store_close(s);
 	free(a);
 	free(a2);

@@ -142,8 +142,31 @@ static int held_add(struct file_holds *h, uint64_t h1, uint64_t h2,
 	return rc;
 }
 
+/* One hold of key (h1, h2) fewer; its file is closed with its last. 0, or
+ * KVL_ENOTFOUND when it is not held. */
+static int held_drop(struct file_holds *h, uint64_t h1, uint64_t h2)
+{
+	struct file_held *gone = NULL;
+	pthread_mutex_lock(&h->mu);
+	struct file_held **p = h->n ? held_find(h, h1, h2) : NULL;
+	struct file_held *e = p ? *p : NULL;
+	if (e && --e->n == 0) {
+		*p = e->next;
+		h->n--;
+		gone = e;
+	}
+	pthread_mutex_unlock(&h->mu);
+	if (gone) {
+		close(gone->fd);
+		free(gone);
+	}
+	return e ? 0 : KVL_ENOTFOUND;
+}
+
 /* The index's entry of each key of a chunk not held already: gen[i] and
- * len[i], gen[i] 0 when absent or held (its result is then set). */
+ * len[i], gen[i] 0 when absent or held (its result is then set). When the
+ * index cannot be had, the chunk's keys hold nothing (what was taken is
+ * let go) and get its error. */
 static int hold_find(kvl_store *store, struct file_store *f,
                      const kvl__batch *b, size_t base, size_t cn,
                      const file_hashes *hs, uint64_t *gen, uint64_t *len)
@@ -154,6 +177,11 @@ static int hold_find(kvl_store *store, struct file_store *f,
 		                                  hs->h2[i]);
 	}
 	int rc = kvl__file_lock(store, f, b->fn);
+	for (size_t i = 0; rc < 0 && i < cn; i++) {
+		if (b->results[base + i] == 1)
+			held_drop(&f->holds, hs->h1[i], hs->h2[i]);
+		b->results[base + i] = rc;
+	}
 	if (rc < 0)
 		return rc;
 	for (size_t i = 0; i < cn; i++) {
@@ -177,8 +205,8 @@ int kvl__file_hold(kvl_store *store, void *impl, const kvl__batch *b)
 	for (size_t base = 0; base < b->n; base += FILE_CHUNK) {
 		size_t cn = kvl__file_hash_chunk(b, base, &hs);
 		int rc = hold_find(store, f, b, base, cn, &hs, gen, len);
-		if (rc < 0) /* the keys held again keep their 1 */
-			return base ? 0 : rc;
+		if (rc < 0)
+			return kvl__file_fail_rest(b, base, rc);
 		for (size_t i = 0; i < cn; i++) {
 			if (!gen[i])
 				continue; /* held already, or absent */
@@ -207,25 +235,10 @@ int kvl__file_hold(kvl_store *store, void *impl, const kvl__batch *b)
 int kvl__file_unhold(kvl_store *store, void *impl, const kvl__batch *b)
 {
 	struct file_store *f = impl;
-	struct file_holds *h = &f->holds;
 	for (size_t i = 0; i < b->n; i++) {
 		uint64_t h1, h2;
 		kvl__file_key_hash(b->keys[i], strlen(b->keys[i]), &h1, &h2);
-		struct file_held *gone = NULL;
-		pthread_mutex_lock(&h->mu);
-		struct file_held **p = h->n ? held_find(h, h1, h2) : NULL;
-		struct file_held *e = p ? *p : NULL;
-		if (e && --e->n == 0) {
-			*p = e->next;
-			h->n--;
-			gone = e;
-		}
-		b->results[i] = e ? 0 : KVL_ENOTFOUND;
-		pthread_mutex_unlock(&h->mu);
-		if (gone) {
-			close(gone->fd);
-			free(gone);
-		}
+		b->results[i] = held_drop(&f->holds, h1, h2);
 		if (b->results[i] < 0)
 			kvl__fail(&store->err, KVL_ENOTFOUND,
 			          "unhold: key \"%s\" is not held", b->keys[i]);
