@@ -21,6 +21,19 @@
 
 #include "store/file.h"
 
+/* Takes the first queued job off and runs it (mu held before and
+ * after, not during). */
+static void run_first(struct file_checkers *p)
+{
+	struct file_check_job *j = p->head;
+	p->head = j->next;
+	pthread_mutex_unlock(&p->mu);
+	j->fn(j->arg, j->x);
+	pthread_mutex_lock(&p->mu);
+	if (--*j->pending == 0)
+		pthread_cond_broadcast(&p->done);
+}
+
 static void *checker_main(void *arg)
 {
 	struct file_checkers *p = arg;
@@ -30,13 +43,7 @@ static void *checker_main(void *arg)
 			pthread_cond_wait(&p->work, &p->mu);
 		if (!p->head)
 			break; /* stopping, nothing queued */
-		struct file_check_job *j = p->head;
-		p->head = j->next;
-		pthread_mutex_unlock(&p->mu);
-		j->fn(j->arg, j->x);
-		pthread_mutex_lock(&p->mu);
-		if (--*j->pending == 0)
-			pthread_cond_broadcast(&p->done);
+		run_first(p);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
@@ -95,18 +102,10 @@ void kvl__file_check_queue(struct file_checkers *p, struct file_check_job *j)
 void kvl__file_check_wait(struct file_checkers *p, unsigned *pending)
 {
 	pthread_mutex_lock(&p->mu);
-	while (*pending) {
-		struct file_check_job *j = p->head;
-		if (!j) {
+	while (*pending)
+		if (p->head)
+			run_first(p); /* any call's, meanwhile */
+		else
 			pthread_cond_wait(&p->done, &p->mu);
-			continue;
-		}
-		p->head = j->next; /* run one, any call's, meanwhile */
-		pthread_mutex_unlock(&p->mu);
-		j->fn(j->arg, j->x);
-		pthread_mutex_lock(&p->mu);
-		if (--*j->pending == 0)
-			pthread_cond_broadcast(&p->done);
-	}
 	pthread_mutex_unlock(&p->mu);
 }
