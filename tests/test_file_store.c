@@ -15,6 +15,7 @@
  * Each test works in a throwaway directory under $TMPDIR.
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -678,10 +679,45 @@ static void test_damaged(void **state)
 
 /* -------------------------------------------------- checker threads */
 
+#define SHARE_THREADS 4
+
+/* One of several threads reading the objects of test_check_threads
+ * through one handle, 8 keys a call: 0, or the key that read wrong. */
+static void *check_reader(void *arg)
+{
+	kvl_store *s = arg;
+	for (unsigned round = 0; round < 20; round++)
+		for (unsigned i = 0; i + 8 <= 40; i += 8) {
+			char names[8][32];
+			const char *keys[8];
+			kvl_range rg[8];
+			size_t nr[8];
+			int res[8];
+			for (unsigned k = 0; k < 8; k++) {
+				obj_key(names[k], sizeof names[k], i + k);
+				keys[k] = names[k];
+				rg[k] = (kvl_range){0, malloc(obj_len(i + k)),
+				                    obj_len(i + k)};
+				nr[k] = 1;
+			}
+			int bad = kvl_store_get(s, keys, 8, rg, nr, res) != 0;
+			for (unsigned k = 0; k < 8; k++) {
+				uint8_t *want = pattern(obj_len(i + k), i + k);
+				bad |= res[k] != 0 ||
+				       memcmp(rg[k].addr, want, rg[k].len) != 0;
+				free(want);
+				free(rg[k].addr);
+			}
+			if (bad)
+				return (void *)(uintptr_t)(i + 1);
+		}
+	return NULL;
+}
+
 /* Gets checked on checker threads (check_threads=3, whatever the cores):
  * every key of calls over two chunks reads its own bytes, whole or a
- * range, and a damaged one among them is found and dropped, with the
- * caller's message saying why. */
+ * range, also with four threads calling at once, and a damaged one among
+ * them is found and dropped, with the caller's message saying why. */
 static void test_check_threads(void **state)
 {
 	(void)state;
@@ -716,6 +752,16 @@ static void test_check_threads(void **state)
 			free(rg[i].addr);
 		}
 	}
+	/* Threads that share the handle share its checkers. */
+	pthread_t th[SHARE_THREADS];
+	for (int t = 0; t < SHARE_THREADS; t++)
+		assert_int_equal(pthread_create(&th[t], NULL, check_reader, s), 0);
+	for (int t = 0; t < SHARE_THREADS; t++) {
+		void *bad = NULL;
+		assert_int_equal(pthread_join(th[t], &bad), 0);
+		ASSERT_TRUE_MSG(bad == NULL, "thread %d read a wrong object", t);
+	}
+
 	/* Damage one object's payload: only it fails, and is dropped. */
 	kvl_store_close(s);
 	s = open_dir(dir, "check_threads=3");
