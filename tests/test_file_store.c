@@ -16,6 +16,7 @@
  */
 #include <dirent.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -677,6 +678,59 @@ static void test_damaged(void **state)
 	free(p);
 }
 
+/* Holds keep at most a quarter of the open-file limit: with a limit of
+ * 64, 16 keys are held and the rest are not (0), and a get of them all
+ * still reads every key. In a child, whose limit is its own. */
+static void test_holds_bounded(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_make("file-holds-fds");
+	kvl_store_close(open_dir(dir, "capacity=16MiB"));
+	pid_t c = fork();
+	if (c == 0) {
+		struct rlimit rl = {64, 64};
+		if (setrlimit(RLIMIT_NOFILE, &rl))
+			_exit(100);
+		kvl_store *s = child_open(dir, NULL);
+		enum { N = 30 };
+		char names[N][32];
+		const char *keys[N];
+		kvl_range rg[N];
+		size_t nr[N];
+		int res[N], bad = 0, held = 0;
+		for (unsigned i = 0; i < N; i++) {
+			bad |= put_obj(s, i) != KVL_PUT_STORED;
+			obj_key(names[i], sizeof names[i], i);
+			keys[i] = names[i];
+			rg[i] = (kvl_range){0, malloc(obj_len(i)), obj_len(i)};
+			nr[i] = 1;
+		}
+		bad |= kvl__store_hold(s, keys, N, res) != 0;
+		for (unsigned i = 0; i < N; i++) {
+			bad |= res[i] != (i < 16);
+			held += res[i] == 1;
+		}
+		bad |= kvl_store_get(s, keys, N, rg, nr, res) != 0;
+		for (unsigned i = 0; i < N; i++) {
+			uint8_t *want = pattern(obj_len(i), i);
+			bad |= res[i] != 0 ||
+			       memcmp(rg[i].addr, want, obj_len(i)) != 0;
+			free(want);
+			free(rg[i].addr);
+		}
+		bad |= kvl__store_unhold(s, keys, 16, res) != 0;
+		for (unsigned i = 0; i < 16; i++)
+			bad |= res[i] != 0;
+		if (bad)
+			fprintf(stderr, "held %d: %s\n", held,
+			        kvl_store_errmsg(s));
+		kvl_store_close(s);
+		_exit(bad);
+	}
+	ASSERT_EQ(wait_child(c), 0);
+	tmpdir_remove(dir);
+}
+
 /* -------------------------------------------------- checker threads */
 
 #define SHARE_THREADS 4
@@ -1107,6 +1161,7 @@ int main(void)
 		cmocka_unit_test(test_damaged),
 		cmocka_unit_test(test_header_cache),
 		cmocka_unit_test(test_holds),
+		cmocka_unit_test(test_holds_bounded),
 		cmocka_unit_test(test_check_threads),
 		cmocka_unit_test(test_tmpfs),
 		cmocka_unit_test(test_uring_refused),

@@ -235,6 +235,7 @@ struct file_holds {
 	pthread_mutex_t mu;
 	struct file_held **slot; /* chains; n_slots a power of two (mu) */
 	size_t n_slots, n;       /* (mu) */
+	size_t max;              /* keys held at most (immutable) */
 };
 
 void kvl__file_holds_init(struct file_holds *h);

@@ -16,16 +16,22 @@
  * Holds are counted per key (a key held twice is let go twice) in a
  * chained hash table of the keys held now, under their key hashes, guarded
  * by one mutex; gets take a duplicate of a descriptor (dup), so an unhold
- * never closes one under a read.
+ * never closes one under a read. Held descriptors are at most a quarter
+ * of the process's limit on open files (RLIMIT_NOFILE), so that a large
+ * batch leaves room for everything else: beyond it a key is not held
+ * (result 0) and its reads open its file as they would unheld.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "store/file.h"
 
 #define HELD_SLOTS_MIN 64
+#define HELD_FDS_MIN 16     /* descriptors holds may keep, at least */
+#define HELD_FDS_MAX 65536  /* and at most */
 
 struct file_held {
 	struct file_held *next;
@@ -38,6 +44,11 @@ void kvl__file_holds_init(struct file_holds *h)
 {
 	memset(h, 0, sizeof *h);
 	pthread_mutex_init(&h->mu, NULL);
+	struct rlimit rl;
+	rlim_t fds = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur / 4 : 0;
+	h->max = fds < HELD_FDS_MIN   ? HELD_FDS_MIN
+	         : fds > HELD_FDS_MAX ? HELD_FDS_MAX
+	                              : (size_t)fds;
 }
 
 void kvl__file_holds_destroy(struct file_holds *h)
@@ -113,7 +124,8 @@ static int held_again(struct file_holds *h, uint64_t h1, uint64_t h2)
 
 /* Holds object (h1, h2) of generation gen and length len, whose file fd
  * the table takes (it closes fd when another thread held the key first).
- * 1, or KVL_ENOMEM (fd closed). */
+ * 1; 0 when the table holds all the descriptors it may (fd closed);
+ * KVL_ENOMEM (fd closed). */
 static int held_add(struct file_holds *h, uint64_t h1, uint64_t h2,
                     uint64_t gen, uint64_t len, int fd)
 {
@@ -125,6 +137,11 @@ static int held_add(struct file_holds *h, uint64_t h1, uint64_t h2,
 		pthread_mutex_unlock(&h->mu);
 		close(fd);
 		return 1;
+	}
+	if (h->n >= h->max) {
+		pthread_mutex_unlock(&h->mu);
+		close(fd);
+		return 0;
 	}
 	struct file_held *e = malloc(sizeof *e);
 	if (!e || held_grow(h) < 0) {
