@@ -277,8 +277,9 @@ void kvl__file_check_queue(struct file_checkers *p, struct file_check_job *j);
 void kvl__file_check_wait(struct file_checkers *p, unsigned *pending);
 
 /* One open store. Threads: the index has its own lock (file_index.c), the
- * rings theirs (file_io.c), the bounce buffers `pool.mu`; counters are
- * atomics; the rest is immutable after open. */
+ * rings theirs (file_io.c), the bounce buffers `pool.mu`, the header
+ * cache, the holds and the checkers their own; counters are atomics; the
+ * rest is immutable after open. */
 struct file_store {
 	char dir[FILE_DIR_MAX];
 	kvl__fidx ix;
