@@ -240,10 +240,12 @@ struct file_holds {
 
 void kvl__file_holds_init(struct file_holds *h);
 void kvl__file_holds_destroy(struct file_holds *h); /* closes them all */
-/* 1 when key (h1, h2) is held: its generation, length and a new
- * descriptor of its file (the caller closes it); else 0. */
-int kvl__file_held(struct file_holds *h, uint64_t h1, uint64_t h2,
-                   uint64_t *gen, uint64_t *len, int *fd);
+/* For each key (h1[x], h2[x]) of n that is held: its generation, length
+ * and a new descriptor of its file (the caller closes it) in gen[x],
+ * len[x] and fd[x]; fd[x] is -1 for the others. One lock for all n. */
+void kvl__file_held(struct file_holds *h, const uint64_t *h1,
+                    const uint64_t *h2, size_t n, uint64_t *gen,
+                    uint64_t *len, int *fd);
 int kvl__file_hold(kvl_store *store, void *impl, const kvl__batch *b);
 int kvl__file_unhold(kvl_store *store, void *impl, const kvl__batch *b);
 

@@ -159,10 +159,7 @@ static int file_get_find(kvl_store *store, struct file_store *f,
 	/* Held objects (file_hold.c) come with a descriptor of their own. */
 	uint64_t hgen[FILE_CHUNK], hlen[FILE_CHUNK];
 	int hfd[FILE_CHUNK];
-	for (size_t x = 0; x < cn; x++)
-		if (!kvl__file_held(&f->holds, hs->h1[x], hs->h2[x], &hgen[x],
-		                    &hlen[x], &hfd[x]))
-			hfd[x] = -1;
+	kvl__file_held(&f->holds, hs->h1, hs->h2, cn, hgen, hlen, hfd);
 	int rc = kvl__file_lock(store, f, b->fn);
 	if (rc < 0) {
 		for (size_t x = 0; x < cn; x++)

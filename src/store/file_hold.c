@@ -95,20 +95,20 @@ static int held_grow(struct file_holds *h)
 	return 0;
 }
 
-int kvl__file_held(struct file_holds *h, uint64_t h1, uint64_t h2,
-                   uint64_t *gen, uint64_t *len, int *fd)
+void kvl__file_held(struct file_holds *h, const uint64_t *h1,
+                    const uint64_t *h2, size_t n, uint64_t *gen,
+                    uint64_t *len, int *fd)
 {
-	int found = 0;
 	pthread_mutex_lock(&h->mu);
-	struct file_held *e = h->n ? *held_find(h, h1, h2) : NULL;
-	if (e) {
-		*gen = e->gen;
-		*len = e->len;
-		*fd = fcntl(e->fd, F_DUPFD_CLOEXEC, 0);
-		found = *fd >= 0;
+	for (size_t x = 0; x < n; x++) {
+		struct file_held *e = h->n ? *held_find(h, h1[x], h2[x]) : NULL;
+		fd[x] = e ? fcntl(e->fd, F_DUPFD_CLOEXEC, 0) : -1;
+		if (e) {
+			gen[x] = e->gen;
+			len[x] = e->len;
+		}
 	}
 	pthread_mutex_unlock(&h->mu);
-	return found;
 }
 
 /* One more hold of key (h1, h2) if it is held: 1, else 0. */
