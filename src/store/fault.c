@@ -384,10 +384,6 @@ static int fault_hold_self(kvl_store *store, struct fault_store *f,
 			unsigned mask;
 			b->results[i] = kvl__holds_take(&f->holds, b->keys[i],
 			                                &mask);
-			if (b->results[i] < 0)
-				kvl__fail(&store->err, KVL_ENOTFOUND,
-				          "unhold: key \"%s\" is not held",
-				          b->keys[i]);
 		}
 		return 0;
 	}

@@ -530,6 +530,7 @@ int kvl__store_call(kvl_store *s, const kvl__batch *b)
 			return kvl__fail(&s->err, rc, "%s: %s", b->fn, why);
 		}
 	}
+	const char *const *keys = b->keys; /* the caller's, for messages */
 	kvl__batch tb = *b;
 	char *tkeys = NULL;
 	if (s->tenant_len) {
@@ -543,6 +544,12 @@ int kvl__store_call(kvl_store *s, const kvl__batch *b)
 	int rc = bad == 0 ? backend_run(s, b)
 	                  : kvl__batch_runs(b, key_bad, backend_run, s);
 	free(tkeys);
+	for (size_t i = 0; b->op == KVL__OP_UNHOLD && i < b->n; i++)
+		if (b->results[i] == KVL_ENOTFOUND) { /* the caller's mistake */
+			kvl__fail(&s->err, KVL_ENOTFOUND,
+			          "unhold: key \"%s\" is not held", keys[i]);
+			break;
+		}
 	if (brk)
 		record_call(s, b, rc);
 	return rc;

@@ -66,7 +66,9 @@ int kvl__mc_shim_available(void);
  * removal until kvl__store_unhold lets it go, so that the reads of a
  * batch find what its lookup promised. [out] results[i]: 1 held, 0
  * nothing held (absent: its reads will miss; or a store that holds
- * nothing), <0 error. Unhold exactly the keys that got 1. Holds are
+ * nothing), <0 error. Unhold exactly the keys that got 1 (a store that
+ * counts holds answers KVL_ENOTFOUND for a key it does not hold, and the
+ * message names it). Holds are
  * counted: a key held twice is let go twice. A hold lasts as long as the
  * store grants it (Mooncake: the master's lease, which the reads renew
  * where it ran out). Returns as kvl_store_get; unhold always reaches the

@@ -104,9 +104,6 @@ int kvl__tier_unhold(kvl_store *store, void *impl, const kvl__batch *b)
 	for (size_t i = 0; i < n; i++) {
 		unsigned mask;
 		b->results[i] = kvl__holds_take(&t->holds, b->keys[i], &mask);
-		if (b->results[i] < 0)
-			kvl__fail(&store->err, KVL_ENOTFOUND,
-			          "unhold: key \"%s\" is not held", b->keys[i]);
 		scratch_add(&s, mask, n, b->keys[i]);
 	}
 	scratch_release(t, &s, n);
