@@ -3,7 +3,8 @@
  * tier_impl.h — the tier: store's state, shared by its files (internal to
  * src/store/tier*.c): tier.c opens and closes it, tier_ops.c carries the
  * four operations, the spill-down and the promotions, tier_hold.c the
- * holds and registrations, tier_stats.c counts and renders. tier.c describes the design.
+ * holds and registrations, tier_stats.c counts and renders. tier.c
+ * describes the design.
  */
 #ifndef KVL_TIER_IMPL_H
 #define KVL_TIER_IMPL_H
@@ -52,7 +53,8 @@ struct tier_store {
 	/* The holds taken on callers' behalf, and by which tiers
 	 * (tier_hold.c). */
 	kvl__holds holds;
-	/* Everything above is immutable after open but the atomics. */
+	/* Everything above is immutable after open but the atomics, the
+	 * promoter, the transits and the holds (each its own lock). */
 };
 
 /* tier_ops.c */
