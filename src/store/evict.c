@@ -369,13 +369,15 @@ static kvl__evict_node *slru_victim(const kvl__evict *ev)
 #define ADAPT_WINDOW 8
 #define ADAPT_FIRST 1
 
-/* LRU (nothing protected), and half or 90 % protected with up to three
- * second chances: measured in docs/replay.md, LRU wins where the cache
- * holds a conversation's turns, the others where reuse is rare and far
+/* 30 % protected without second chances (near LRU order), and half or
+ * 90 % protected with up to three: measured in docs/replay.md, the first
+ * wins where the cache holds a conversation's turns (at or above exact
+ * LRU in nearly every such case: a small protected list still keeps a
+ * shared prompt from the flood), the others where reuse is rare and far
  * apart. */
 static const struct {
 	uint8_t share, fmax;
-} adapt_cfg[ADAPT_N] = {{0, 0}, {5, 3}, {9, 3}};
+} adapt_cfg[ADAPT_N] = {{3, 0}, {5, 3}, {9, 3}};
 
 struct kvl__adapt {
 	kvl__shadow sh[ADAPT_N];

@@ -23,16 +23,16 @@
  *    more times, often long after it was first stored; LRU lets the first
  *    kind flush the second.
  *  - adaptive (the default): slru's lists with a configuration that
- *    follows the workload: the protected share (none: LRU; half; 90 %)
- *    and second chances (a protected object earns one per hit, up to 3; a
- *    tail with one left goes back to the head instead of being demoted).
+ *    follows the workload: 30 % protected, or half or 90 % with second
+ *    chances (a protected object earns one per hit, up to 3; a tail with
+ *    one left goes back to the head instead of being demoted).
  *    Three shadows (shadow.h), one per configuration, model the store
  *    over a sample of the keys, and the store takes the configuration of
  *    the one that missed least lately. Batches are in prefix order
  *    (kvl__evict_prefix). Why: a large protected share wins where reuse
- *    is rare and far apart (documents), none where the cache holds most
- *    of the working set (conversations), and a chain is worth most at its
- *    start. Cost: O(1) per operation (three shadow accesses for a sampled
+ *    is rare and far apart (documents), a small one where the cache holds
+ *    most of the working set (conversations), and a chain is worth most
+ *    at its start. Cost: O(1) per operation (three shadow accesses for a sampled
  *    key); memory: 1 byte per object (in the node's padding) and at most
  *    about 1.4 MiB for the shadows (1,024 to 2,047 keys each), whatever
  *    the capacity.
