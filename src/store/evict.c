@@ -366,18 +366,21 @@ static kvl__evict_node *slru_victim(const kvl__evict *ev)
  * they cannot be allocated, the policy keeps its first configuration. */
 #define ADAPT_N 3
 #define ADAPT_SHADOW_CAP 1024
-#define ADAPT_WINDOW 8
+/* Misses halve every 16 x the shadow's capacity: a memory long enough
+ * that configurations within a few misses of each other (the noise of a
+ * 1,024-key sample) do not make the store switch back and forth, each
+ * switch costing hits (measured: docs/benchmarks.md). */
+#define ADAPT_WINDOW 16
 #define ADAPT_FIRST 1
 
-/* 30 % protected without second chances (near LRU order), and half or
- * 90 % protected with up to three: measured in docs/replay.md, the first
- * wins where the cache holds a conversation's turns (at or above exact
- * LRU in nearly every such case: a small protected list still keeps a
- * shared prompt from the flood), the others where reuse is rare and far
- * apart. */
+/* 10 % and 30 % protected without second chances, and 90 % protected
+ * with up to three: measured in docs/replay.md, the first two win where
+ * the cache holds a conversation's turns (near LRU order, at or above
+ * exact LRU there: a small protected list still keeps a shared prompt
+ * from the flood), the last where reuse is rare and far apart. */
 static const struct {
 	uint8_t share, fmax;
-} adapt_cfg[ADAPT_N] = {{3, 0}, {5, 3}, {9, 3}};
+} adapt_cfg[ADAPT_N] = {{1, 0}, {3, 0}, {9, 3}};
 
 struct kvl__adapt {
 	kvl__shadow sh[ADAPT_N];

@@ -23,7 +23,7 @@
  *    more times, often long after it was first stored; LRU lets the first
  *    kind flush the second.
  *  - adaptive (the default): slru's lists with a configuration that
- *    follows the workload: 30 % protected, or half or 90 % with second
+ *    follows the workload: 10 % or 30 % protected, or 90 % with second
  *    chances (a protected object earns one per hit, up to 3; a tail with
  *    one left goes back to the head instead of being demoted).
  *    Three shadows (shadow.h), one per configuration, model the store
