@@ -422,7 +422,8 @@ static int ref_access(struct ref_model *r, uint64_t h, const uint64_t *behind)
 static void test_shadow_model(void **state)
 {
 	(void)state;
-	static const uint8_t cfg[][2] = {{0, 0}, {1, 0}, {3, 0}, {5, 3}, {9, 3}};
+	static const uint8_t cfg[][2] = {{0, 0}, {1, 0}, {3, 0}, {5, 3},
+	                                 {9, 3}};
 	for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
 		kvl__shadow sh;
 		ASSERT_EQ(kvl__shadow_init(&sh, REF_CAP, cfg[c][0], cfg[c][1]),

@@ -32,10 +32,10 @@
  *    (kvl__evict_prefix). Why: a large protected share wins where reuse
  *    is rare and far apart (documents), a small one where the cache holds
  *    most of the working set (conversations), and a chain is worth most
- *    at its start. Cost: O(1) per operation (three shadow accesses for a sampled
- *    key); memory: 1 byte per object (in the node's padding) and at most
- *    about 1.4 MiB for the shadows (1,024 to 2,047 keys each), whatever
- *    the capacity.
+ *    at its start. Cost: O(1) per operation (three shadow accesses for a
+ *    sampled key); memory: 1 byte per object (in the node's padding) and
+ *    at most about 1.4 MiB for the shadows (1,024 to 2,047 keys each),
+ *    whatever the capacity.
  *
  * A kvl__ghost remembers the 64-bit hashes of the keys it is given, in
  * first-in, first-out order, and forgets the oldest beyond a limit the
